@@ -1,0 +1,144 @@
+"""Input validation that leaves data on the target device.
+
+PyTensor's ``Function`` passes every argument through its container's
+``type.filter``. ``TensorType.filter`` turns a ``jax.Array`` into numpy, which
+costs a device→host→device round trip per call. The JAX_GPU linker gives its
+input containers the filters below instead: they check what PyTensor checks,
+but return a ``jax.Array`` committed to the target device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import SingleDeviceSharding
+from pytensor.graph.type import Type
+
+_ARRAY_CLASS = type(jax.numpy.zeros(()))
+_DLPACK_CPU = 1
+_DLPACK_CUDA = 2
+
+
+class InputDeviceError(ValueError):
+    """An input array lives on a device other than the function's target device."""
+
+
+def input_label(name: str | None, position: int) -> str:
+    return f"input {name!r} (position {position})" if name else f"input at position {position}"
+
+
+class DeviceResidentInput:
+    """A container type that filters one input onto one device.
+
+    Policy for arrays already on a device: a ``jax.Array`` (or a DLPack
+    producer such as CuPy or torch) on the target device is used as is, with no
+    copy. One on any other device is rejected with `InputDeviceError`, because
+    moving it would be exactly the hidden transfer this backend exists to
+    avoid; ``jax.device_put(x, fn_device)`` moves it on purpose. Host data
+    (numpy, Python scalars, CPU DLPack producers) is validated by PyTensor's own
+    type and uploaded with one explicit ``device_put``.
+    """
+
+    def __init__(self, variable_type: Type, name: str | None, position: int, sharding: SingleDeviceSharding):
+        self.variable_type = variable_type
+        self.label = input_label(name, position)
+        self.sharding = sharding
+        self.device = next(iter(sharding.device_set))
+        self.dtype = np.dtype(variable_type.dtype)
+        self.ndim = getattr(variable_type, "ndim", 0)
+        self.static_shape = tuple(getattr(variable_type, "shape", ()))
+        self.static_dims = tuple((axis, length) for axis, length in enumerate(self.static_shape) if length is not None)
+
+    def filter(self, data: Any, strict: bool = False, allow_downcast: bool | None = None) -> jax.Array:
+        if isinstance(data, jax.Array):
+            return self._checked_resident(data)
+        if not isinstance(data, np.ndarray) and hasattr(data, "__dlpack_device__"):
+            return self._from_dlpack(data, strict, allow_downcast)
+        host = self.variable_type.filter(data, strict=strict, allow_downcast=allow_downcast)
+        return jax.device_put(host, self.sharding)
+
+    def is_valid_value(self, data: Any) -> bool:
+        try:
+            self._checked_resident(data)
+        except (TypeError, InputDeviceError):
+            return False
+        return True
+
+    def _checked_resident(self, data: jax.Array) -> jax.Array:
+        if data.sharding != self.sharding:
+            raise InputDeviceError(
+                f"JAX_GPU {self.label} is on {_where(data)}, but the function runs on "
+                f"{self.device}. Move it on purpose with jax.device_put(x, {self.device!r}) "
+                "or pass host (numpy) data; gpubackend does not copy between devices implicitly."
+            )
+        if data.dtype != self.dtype:
+            raise TypeError(
+                f"JAX_GPU {self.label} expected dtype {self.dtype}, got a jax.Array of dtype "
+                f"{data.dtype}. Cast it on the device with x.astype({str(self.dtype)!r})."
+            )
+        if data.ndim != self.ndim:
+            raise TypeError(f"JAX_GPU {self.label} expected {self.ndim} dimensions, got shape {data.shape}.")
+        for axis, length in self.static_dims:
+            if data.shape[axis] != length:
+                raise TypeError(
+                    f"JAX_GPU {self.label} expected static shape {self.static_shape}, got {data.shape}."
+                )
+        return data
+
+    def _from_dlpack(self, data: Any, strict: bool, allow_downcast: bool | None) -> jax.Array:
+        device_type, device_ordinal = data.__dlpack_device__()
+        if device_type == _DLPACK_CPU:
+            return self.filter(np.from_dlpack(data), strict, allow_downcast)
+        if device_type == _DLPACK_CUDA and self.device.platform == "gpu" and device_ordinal == self.device.local_hardware_id:
+            return self._checked_resident(jax.dlpack.from_dlpack(data))
+        raise InputDeviceError(
+            f"JAX_GPU {self.label} is a {type(data).__name__} on DLPack device "
+            f"(type {device_type}, ordinal {device_ordinal}), but the function runs on {self.device}. "
+            "Move it to that device first."
+        )
+
+    def __str__(self) -> str:
+        return f"{self.variable_type} on {self.device}"
+
+
+class StaticShapeInput:
+    """A container type for inputs JAX needs as Python ints (static shape arguments)."""
+
+    def __init__(self, variable_type: Type):
+        self.variable_type = variable_type
+
+    def filter(self, data: Any, strict: bool = False, allow_downcast: bool | None = None) -> int:
+        return int(self.variable_type.filter(data, strict=strict, allow_downcast=allow_downcast))
+
+    def is_valid_value(self, data: Any) -> bool:
+        return isinstance(data, int)
+
+    def __str__(self) -> str:
+        return f"{self.variable_type} (static)"
+
+
+class ResidentSharedCell:
+    """A storage cell proxy that keeps a shared variable's value on the device.
+
+    The first read after ``set_value`` uploads the host value once, explicitly,
+    and writes the device array back into the shared variable's own storage, so
+    later calls (and ``get_value``) find it resident.
+    """
+
+    __slots__ = ("cell", "sharding")
+
+    def __init__(self, cell: list, sharding: SingleDeviceSharding):
+        self.cell = cell
+        self.sharding = sharding
+
+    def __getitem__(self, index: int) -> jax.Array:
+        value = self.cell[index]
+        if value.__class__ is not _ARRAY_CLASS or value.sharding != self.sharding:
+            value = self.cell[index] = jax.device_put(value, self.sharding)
+        return value
+
+
+def _where(data: jax.Array) -> str:
+    return ", ".join(sorted(str(d) for d in data.devices()))

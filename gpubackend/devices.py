@@ -1,0 +1,87 @@
+"""Naming and finding the JAX device a function runs on."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import jax
+
+DEVICE_ENV_VAR = "GPUBACKEND_DEVICE"
+DEFAULT_DEVICE = "gpu"
+
+DeviceSpec = str | jax.Device
+
+_SPEC_PATTERN = re.compile(r"^(?P<platform>gpu|cpu)(?::(?P<index>\d+))?$")
+
+
+class DeviceNotFoundError(RuntimeError):
+    """The requested device does not exist; gpubackend never falls back silently."""
+
+
+def requested_device_spec(device: DeviceSpec | None) -> DeviceSpec:
+    """The device asked for: the argument, else ``$GPUBACKEND_DEVICE``, else ``"gpu"``."""
+    if device is not None:
+        return device
+    return os.environ.get(DEVICE_ENV_VAR, DEFAULT_DEVICE)
+
+
+def resolve_device(device: DeviceSpec | None = None) -> jax.Device:
+    """Turn ``"gpu"``, ``"gpu:N"``, ``"cpu"``, ``"cpu:N"`` or a ``jax.Device`` into a device.
+
+    Raises `DeviceNotFoundError` when the device does not exist, and
+    `ValueError` when the string is not one of the accepted forms.
+    """
+    spec = requested_device_spec(device)
+    if isinstance(spec, jax.Device):
+        return spec
+    match = _SPEC_PATTERN.match(spec.strip().lower())
+    if match is None:
+        raise ValueError(
+            f"Device {spec!r} is not understood: expected 'gpu', 'gpu:N', 'cpu', "
+            f"'cpu:N' or a jax.Device (set via the device argument or ${DEVICE_ENV_VAR})."
+        )
+    platform = match["platform"]
+    index = int(match["index"] or 0)
+    candidates = platform_devices(platform)
+    if index >= len(candidates):
+        raise DeviceNotFoundError(_not_found_message(spec, platform))
+    return candidates[index]
+
+
+def platform_devices(platform: str) -> list[jax.Device]:
+    """JAX's devices for ``platform``, or an empty list when it has no such backend."""
+    try:
+        return jax.devices(platform)
+    except RuntimeError:
+        return []
+
+
+def visible_devices() -> list[jax.Device]:
+    """Every device JAX sees, across the backends it could initialise."""
+    return platform_devices("gpu") + platform_devices("cpu")
+
+
+def is_simulated(device: jax.Device) -> bool:
+    """True for the extra host devices that ``--xla_force_host_platform_device_count`` makes."""
+    return device.platform == "cpu" and len(platform_devices("cpu")) > 1
+
+
+def describe_device(device: jax.Device) -> str:
+    kind = "simulated" if is_simulated(device) else "real"
+    return f"{device.platform}:{device.id} ({device.device_kind}, {kind})"
+
+
+def _not_found_message(spec: str, platform: str) -> str:
+    seen = ", ".join(describe_device(d) for d in visible_devices()) or "none"
+    return (
+        f"gpubackend: the requested device {spec!r} does not exist. "
+        f"JAX sees: {seen}. "
+        + (
+            "For NVIDIA GPUs install the CUDA extra: pip install 'gpubackend[cuda12]'. "
+            if platform == "gpu"
+            else ""
+        )
+        + f"To run on the CPU on purpose, set {DEVICE_ENV_VAR}=cpu "
+        "(or pass device='cpu' to jax_gpu_mode)."
+    )

@@ -1,0 +1,93 @@
+"""The JAX_GPU linker: PyTensor's JAX linker, pinned to one device, with data kept there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax.sharding import SingleDeviceSharding
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.link.basic import Container
+from pytensor.link.jax.linker import JAXLinker
+
+from gpubackend.device_inputs import DeviceResidentInput, ResidentSharedCell, StaticShapeInput
+from gpubackend.devices import DeviceSpec, resolve_device
+
+
+class JAXGPULinker(JAXLinker):
+    """Link a graph into one ``jax.jit`` computation committed to a device.
+
+    As a `JAXLinker` subclass it inherits PyTensor's JAX baking rules for inner
+    graphs (the ``rewrite_*_inner_graph`` functions dispatch on the linker
+    class) and every ``jax_funcify`` lowering. What it adds:
+
+    - the device is resolved when a function is linked (``device`` argument,
+      else ``$GPUBACKEND_DEVICE``, else ``"gpu"``), with no silent fallback;
+    - inputs are validated without leaving the device (`DeviceResidentInput`);
+    - shared variables are uploaded once and stay resident;
+    - buffers of updated shared variables are donated, so XLA updates in place;
+    - outputs are committed to the device, with the graph's dtypes.
+    """
+
+    def __init__(self, device: DeviceSpec | None = None, **kwargs: Any):
+        self.device_spec = device
+        super().__init__(**kwargs)
+
+    def make_all(self, input_storage=None, output_storage=None, storage_map=None):
+        self.device = resolve_device(self.device_spec)
+        self.sharding = SingleDeviceSharding(self.device)
+        fn, input_containers, output_containers, thunks, nodes = super().make_all(
+            input_storage, output_storage, storage_map
+        )
+        input_containers = [
+            self._input_container(position, container) for position, container in enumerate(input_containers)
+        ]
+        return fn, input_containers, output_containers, thunks, nodes
+
+    def _input_container(self, position: int, container: Container) -> Container:
+        variable = self.fgraph.inputs[position]
+        if position in self.scalar_shape_inputs:
+            container_type = StaticShapeInput(variable.type)
+        elif hasattr(variable.type, "dtype") and not isinstance(variable, SharedVariable):
+            container_type = DeviceResidentInput(variable.type, variable.name, position, self.sharding)
+        else:
+            return container
+        return Container(container_type, container.storage, name=variable.name)
+
+    def fgraph_convert(self, fgraph, **kwargs):
+        graph_fn = super().fgraph_convert(fgraph, **kwargs)
+        output_dtypes = [getattr(output.type, "dtype", None) for output in fgraph.outputs]
+
+        # Some stock lowerings return their accumulator dtype (a float32 Sum
+        # with acc_dtype=float64 comes back as float64 under x64); the graph's
+        # types are the contract. This runs at trace time only.
+        def graph_typed_outputs(*args):
+            return [
+                out if dtype is None or out.dtype == dtype else out.astype(dtype)
+                for out, dtype in zip(graph_fn(*args), output_dtypes, strict=True)
+            ]
+
+        return graph_typed_outputs
+
+    def create_thunk_inputs(self, storage_map):
+        thunk_inputs = super().create_thunk_inputs(storage_map)
+        return [
+            ResidentSharedCell(cell, self.sharding) if self._is_shared_array(variable) else cell
+            for variable, cell in zip(self.fgraph.inputs, thunk_inputs, strict=True)
+        ]
+
+    @staticmethod
+    def _is_shared_array(variable) -> bool:
+        return isinstance(variable, SharedVariable) and hasattr(variable.type, "dtype")
+
+    def jit_compile(self, fn):
+        donated = sorted(set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs))
+        return jax.jit(
+            fn,
+            static_argnums=self.scalar_shape_inputs,
+            donate_argnums=donated,
+            out_shardings=self.sharding,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(device={self.device_spec!r})"

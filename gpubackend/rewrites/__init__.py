@@ -1,0 +1,5 @@
+"""Compile-time baking rules for inner graphs, per linker.
+
+Registrations on PyTensor's ``rewrite_*_inner_graph`` singledispatch functions
+and on ``optdb``; importing this package installs them.
+"""

@@ -1,0 +1,216 @@
+"""JAX_GPU mode: device selection, residency, donation and input errors."""
+
+import jax
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.mode import get_mode
+
+import gpubackend
+from gpubackend import DeviceNotFoundError, InputDeviceError, jax_gpu_mode
+from gpubackend.linker import JAXGPULinker
+from pytensor.link.jax.linker import JAXLinker
+
+
+@pytest.fixture
+def other_device(target_device):
+    return next(d for d in jax.devices("cpu") if d != target_device)
+
+
+def resident(value, device, dtype="float64"):
+    return jax.device_put(np.asarray(value, dtype=dtype), device)
+
+
+def test_target_is_not_the_default_device(target_device):
+    # The whole suite relies on this to expose data that drifts to device 0.
+    assert target_device != jax.devices()[0]
+
+
+def test_mode_is_registered_by_name():
+    mode = get_mode("JAX_GPU")
+    assert isinstance(mode.linker, JAXGPULinker)
+    assert isinstance(mode.linker, JAXLinker)
+
+
+def test_outputs_are_committed_to_the_target_device(target_device):
+    x = pt.vector("x")
+    fn = pytensor.function([x], [x * 2, x.sum()], mode="JAX_GPU")
+    doubled, total = fn(np.arange(3.0))
+    for out in (doubled, total):
+        assert isinstance(out, jax.Array)
+        assert out.devices() == {target_device}
+    np.testing.assert_allclose(np.asarray(doubled), [0.0, 2.0, 4.0])
+    assert float(total) == 3.0
+
+
+def test_resident_call_makes_no_transfer(target_device):
+    x = pt.vector("x")
+    s = pytensor.shared(np.linspace(0, 1, 7), name="s")
+    fn = pytensor.function([x], (x * 2 + s).sum(), mode="JAX_GPU")
+    x_dev = resident(np.ones(7), target_device)
+    expected = float(np.sum(np.ones(7) * 2 + np.linspace(0, 1, 7)))
+    assert float(fn(x_dev)) == pytest.approx(expected)
+    with jax.transfer_guard("disallow_explicit"):
+        out = fn(x_dev)
+    assert float(out) == pytest.approx(expected)
+
+
+def test_stock_jax_mode_transfers_on_every_call(target_device):
+    # The baseline this backend beats: the same call under stock JAX re-uploads.
+    x = pt.vector("x")
+    s = pytensor.shared(np.linspace(0, 1, 7), name="s")
+    fn = pytensor.function([x], (x * 2 + s).sum(), mode="JAX")
+    x_dev = resident(np.ones(7), target_device)
+    fn(x_dev)
+    with pytest.raises(Exception, match="[Dd]isallowed"):
+        with jax.transfer_guard("disallow_explicit"):
+            fn(x_dev)
+
+
+def test_resident_input_is_not_copied(target_device):
+    x = pt.vector("x")
+    fn = pytensor.function([x], x, mode="JAX_GPU")
+    x_dev = resident(np.arange(4.0), target_device)
+    filtered = fn.input_storage[0].type.filter(x_dev)
+    assert filtered is x_dev
+
+
+def test_shared_variable_is_uploaded_once_and_set_value_replaces_it(target_device):
+    s = pytensor.shared(np.arange(3.0), name="s")
+    fn = pytensor.function([], s * 2, mode="JAX_GPU")
+    fn()
+    stored = s.get_value(borrow=True)
+    assert isinstance(stored, jax.Array) and stored.devices() == {target_device}
+    with jax.transfer_guard("disallow_explicit"):
+        fn()
+    assert s.get_value(borrow=True) is stored
+    np.testing.assert_allclose(np.asarray(s.get_value()), [0.0, 1.0, 2.0])
+    s.set_value(np.array([5.0, 6.0, 7.0]))
+    np.testing.assert_allclose(np.asarray(fn()), [10.0, 12.0, 14.0])
+
+
+def test_updates_donate_the_previous_buffer(target_device):
+    x = pt.vector("x")
+    acc = pytensor.shared(np.zeros(3), name="acc")
+    fn = pytensor.function([x], acc.sum(), updates={acc: acc + x}, mode="JAX_GPU")
+    x_dev = resident(np.ones(3), target_device)
+    fn(x_dev)
+    previous = acc.get_value(borrow=True)
+    fn(x_dev)
+    assert previous.is_deleted()
+    np.testing.assert_allclose(np.asarray(acc.get_value()), [2.0, 2.0, 2.0])
+    with jax.transfer_guard("disallow_explicit"):
+        fn(x_dev)
+    np.testing.assert_allclose(np.asarray(acc.get_value()), [3.0, 3.0, 3.0])
+
+
+def test_numpy_input_is_uploaded_to_the_target(target_device):
+    x = pt.vector("x")
+    fn = pytensor.function([x], x + 1, mode="JAX_GPU")
+    assert fn(np.zeros(2)).devices() == {target_device}
+
+
+def test_array_on_another_device_is_rejected_by_name(other_device):
+    x = pt.vector("x")
+    fn = pytensor.function([x], x + 1, mode="JAX_GPU")
+    with pytest.raises(InputDeviceError, match=r"input 'x' \(position 0\).*device_put"):
+        fn(resident(np.zeros(2), other_device))
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (np.zeros(2, dtype="float32"), "expected dtype float64"),
+        (np.zeros((2, 2)), "expected 1 dimensions"),
+        (np.zeros(3), r"expected static shape \(2,\)"),
+    ],
+)
+def test_mismatched_resident_input_names_the_input(target_device, value, message):
+    x = pt.tensor("x", shape=(2,), dtype="float64")
+    fn = pytensor.function([x], x * 3, mode="JAX_GPU")
+    with pytest.raises(TypeError, match=f"input 'x'.*{message}"):
+        fn(jax.device_put(value, target_device))
+
+
+def test_numpy_inputs_keep_pytensor_casting_rules():
+    x = pt.vector("x", dtype="float32")
+    fn = pytensor.function([x], x * 2, mode="JAX_GPU")
+    with pytest.raises(TypeError, match="loss of precision"):
+        fn(np.zeros(2, dtype="float64"))
+    assert fn(np.zeros(2, dtype="int8")).dtype == np.float32
+
+
+def test_dlpack_host_producer_is_accepted(target_device):
+    class HostDLPack:
+        """A foreign array that only speaks DLPack, like a CPU torch tensor."""
+
+        def __init__(self, array):
+            self.array = array
+
+        def __dlpack__(self, **kwargs):
+            return self.array.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.array.__dlpack_device__()
+
+    x = pt.vector("x")
+    fn = pytensor.function([x], x * 2, mode="JAX_GPU")
+    out = fn(HostDLPack(np.arange(3.0)))
+    assert out.devices() == {target_device}
+    np.testing.assert_allclose(np.asarray(out), [0.0, 2.0, 4.0])
+
+
+def test_missing_gpu_raises_device_not_found():
+    x = pt.vector("x")
+    with pytest.raises(DeviceNotFoundError) as excinfo:
+        pytensor.function([x], x + 1, mode=jax_gpu_mode("gpu"))
+    message = str(excinfo.value)
+    assert "cpu:0" in message and "cpu:1" in message
+    assert "gpubackend[cuda12]" in message
+    assert "GPUBACKEND_DEVICE=cpu" in message
+    assert isinstance(excinfo.value, RuntimeError)
+
+
+def test_out_of_range_device_raises_device_not_found():
+    with pytest.raises(DeviceNotFoundError, match="'cpu:7'"):
+        gpubackend.resolve_device("cpu:7")
+
+
+def test_malformed_device_string_is_a_value_error():
+    with pytest.raises(ValueError, match="'tpu:0' is not understood"):
+        gpubackend.resolve_device("tpu:0")
+
+
+def test_device_is_read_from_environment_at_compile_time(monkeypatch, other_device):
+    x = pt.vector("x")
+    monkeypatch.setenv("GPUBACKEND_DEVICE", f"cpu:{other_device.id}")
+    fn = pytensor.function([x], x + 1, mode="JAX_GPU")
+    assert fn(np.zeros(2)).devices() == {other_device}
+
+
+def test_explicit_jax_device_object(other_device):
+    x = pt.vector("x")
+    fn = pytensor.function([x], x + 1, mode=jax_gpu_mode(other_device))
+    assert fn(np.zeros(2)).devices() == {other_device}
+
+
+@pytest.mark.parametrize("float_x", ["float32", "float64"])
+def test_output_dtypes_match_the_graph(float_x):
+    with pytensor.config.change_flags(floatX=float_x):
+        x = pt.vector("x")
+        i = pt.vector("i", dtype="int32")
+        fn = pytensor.function([x, i], [x * 2, i + 1, x.sum()], mode="JAX_GPU")
+        outs = fn(np.ones(2, dtype=float_x), np.ones(2, dtype="int32"))
+        assert [o.dtype for o in outs] == [np.dtype(v.type.dtype) for v in fn.maker.fgraph.outputs]
+
+
+@pytest.mark.gpu
+def test_cupy_array_is_taken_zero_copy():
+    cupy = pytest.importorskip("cupy")
+    x = pt.vector("x")
+    fn = pytensor.function([x], x * 2, mode=jax_gpu_mode("gpu:0"))
+    values = cupy.arange(4, dtype="float64")
+    filtered = fn.input_storage[0].type.filter(values)
+    assert filtered.unsafe_buffer_pointer() == values.data.ptr
+    np.testing.assert_allclose(np.asarray(fn(values)), [0.0, 2.0, 4.0, 6.0])
