@@ -10,6 +10,11 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.link.basic import Container
 from pytensor.link.jax.linker import JAXLinker
 
+# PyTensor's JAX dispatch sets jax_enable_x64 from floatX when it is imported.
+# Importing it here, not at first compile, means arrays users put on the
+# device right after `import gpubackend` already get floatX precision.
+import pytensor.link.jax.dispatch  # noqa: E402, F401  isort: skip
+
 from gpubackend.device_inputs import DeviceResidentInput, ResidentSharedCell, StaticShapeInput
 from gpubackend.devices import DeviceSpec, resolve_device
 

@@ -214,3 +214,9 @@ def test_cupy_array_is_taken_zero_copy():
     filtered = fn.input_storage[0].type.filter(values)
     assert filtered.unsafe_buffer_pointer() == values.data.ptr
     np.testing.assert_allclose(np.asarray(fn(values)), [0.0, 2.0, 4.0, 6.0])
+
+
+def test_importing_gpubackend_enables_x64_with_float64_floatx():
+    # Users put float64 data on the device before their first compile.
+    assert pytensor.config.floatX == "float64"
+    assert jax.config.jax_enable_x64

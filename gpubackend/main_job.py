@@ -1,0 +1,131 @@
+"""The main job: compile and run a demonstration graph on every usable backend and device.
+
+For each one it prints what was compiled, what ran, and where the data lived,
+and it says plainly which devices are real and which are simulated. Then it
+runs the conformance suite on every usable (backend, device) pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile.mode import Mode
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from gpubackend.devices import describe_device, visible_devices
+from gpubackend.mode import jax_gpu_mode
+
+
+@dataclass
+class DemoRun:
+    backend: str
+    device: str
+    compiled: str
+    result: float
+    output_location: str
+    shared_location: str
+    resident_call: str
+    seconds: float
+
+
+def demo_graph():
+    """A scan-driven update of a shared state: inner graphs, shared data and donation at once."""
+    x = pt.vector("x")
+    state = pytensor.shared(np.linspace(0.0, 1.0, 8), name="state")
+    steps = pytensor.scan(lambda prev, inp: 0.5 * prev + pt.tanh(inp), sequences=[x[:, None] * pt.ones(8)], outputs_info=[state], return_updates=False)
+    total = steps[-1].sum()
+    return [x], total, {state: steps[-1]}, state
+
+
+def _where(value) -> str:
+    if isinstance(value, jax.Array):
+        return ", ".join(describe_device(d) for d in value.devices())
+    return f"host ({type(value).__module__}.{type(value).__name__})"
+
+
+def run_demo(backend: str, mode: Mode, device: jax.Device | None) -> DemoRun:
+    inputs, total, updates, state = demo_graph()
+    start = time.perf_counter()
+    fn = pytensor.function(inputs, total, updates=updates, mode=mode)
+    x_value = np.arange(4.0)
+    fn(x_value)
+    if device is not None:
+        x_value = jax.device_put(x_value, device)
+        try:
+            with jax.transfer_guard("disallow_explicit"):
+                out = fn(x_value)
+            resident_call = "no transfer (checked with transfer_guard)"
+        except Exception as error:  # the guard's error type differs across JAX versions
+            out = fn(x_value)
+            resident_call = f"transferred: {str(error).splitlines()[0][:60]}"
+    else:
+        out = fn(x_value)
+        resident_call = "host backend"
+    elapsed = time.perf_counter() - start
+    inner_graph_ops = sorted({type(n.op).__name__ for n in fn.maker.fgraph.apply_nodes if hasattr(n.op, "fgraph")})
+    return DemoRun(
+        backend=backend,
+        device=describe_device(device) if device is not None else "cpu (host, real)",
+        compiled=f"{len(fn.maker.fgraph.apply_nodes)} nodes, inner graphs: {', '.join(inner_graph_ops) or 'none'}",
+        result=float(np.asarray(out)),
+        output_location=_where(out),
+        shared_location=_where(state.get_value(borrow=True)),
+        resident_call=resident_call,
+        seconds=elapsed,
+    )
+
+
+def usable_targets() -> list[tuple[str, jax.Device | None]]:
+    return [("numba", None)] + [("jax", device) for device in visible_devices()]
+
+
+def print_runs(console: Console, runs: list[DemoRun]) -> None:
+    table = Table(title="Demo graph: scan over a shared state, with an update")
+    for column in ("backend", "device", "compiled", "result", "output lives on", "shared state lives on", "resident call", "s"):
+        table.add_column(column, overflow="fold")
+    for run in runs:
+        table.add_row(
+            run.backend, run.device, run.compiled, f"{run.result:.6f}", run.output_location,
+            run.shared_location, run.resident_call, f"{run.seconds:.2f}",
+        )
+    console.print(table)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpubackend run", description=__doc__)
+    parser.add_argument("--out", default="reports", help="directory for the conformance reports")
+    parser.add_argument("--skip-conformance", action="store_true")
+    args = parser.parse_args(argv)
+    console = Console(width=max(Console().width, 150))
+
+    console.rule("gpubackend main job")
+    console.print(f"pytensor {pytensor.__version__}, jax {jax.__version__}")
+    for device in visible_devices():
+        console.print(f"  JAX device {describe_device(device)}")
+    if not any(d.platform == "gpu" for d in visible_devices()):
+        console.print(escape("  No GPU is visible: JAX runs on host devices only (install gpubackend[cuda12] on a CUDA machine)."))
+
+    runs = []
+    for backend, device in usable_targets():
+        mode = "NUMBA" if backend == "numba" else jax_gpu_mode(device)
+        runs.append(run_demo(backend, mode, device))
+    print_runs(console, runs)
+    if not np.allclose([run.result for run in runs], runs[0].result, rtol=1e-9):
+        console.print("[red]Backends disagree on the demo result.[/red]")
+        return 1
+
+    if args.skip_conformance:
+        return 0
+    from gpubackend.conformance.runner import run_and_report
+
+    devices = [f"{d.platform}:{d.id}" for d in visible_devices()]
+    return run_and_report(backends=["numba", "jax"], devices=["cpu", *devices], out_dir=Path(args.out), label="main job", console=console)
