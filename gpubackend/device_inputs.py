@@ -13,8 +13,10 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import SingleDeviceSharding
+from jax.sharding import Sharding, SingleDeviceSharding
 from pytensor.graph.type import Type
+
+from gpubackend.placement import check_divisible, input_label, place
 
 _ARRAY_CLASS = type(jax.numpy.zeros(()))
 _DLPACK_CPU = 1
@@ -25,12 +27,8 @@ class InputDeviceError(ValueError):
     """An input array lives on a device other than the function's target device."""
 
 
-def input_label(name: str | None, position: int) -> str:
-    return f"input {name!r} (position {position})" if name else f"input at position {position}"
-
-
 class DeviceResidentInput:
-    """A container type that filters one input onto one device.
+    """A container type that filters one input onto its device, or onto its devices' mesh.
 
     Policy for arrays already on a device: a ``jax.Array`` (or a DLPack
     producer such as CuPy or torch) on the target device is used as is, with no
@@ -41,11 +39,21 @@ class DeviceResidentInput:
     type and uploaded with one explicit ``device_put``.
     """
 
-    def __init__(self, variable_type: Type, name: str | None, position: int, sharding: SingleDeviceSharding):
+    def __init__(
+        self,
+        variable_type: Type,
+        name: str | None,
+        position: int,
+        sharding: Sharding,
+        split_axis: int | None,
+        placement_description: str,
+    ):
         self.variable_type = variable_type
         self.label = input_label(name, position)
         self.sharding = sharding
-        self.device = next(iter(sharding.device_set))
+        self.split_axis = split_axis
+        self.placement_description = placement_description
+        self.single_device = next(iter(sharding.device_set)) if isinstance(sharding, SingleDeviceSharding) else None
         self.dtype = np.dtype(variable_type.dtype)
         self.ndim = getattr(variable_type, "ndim", 0)
         self.static_shape = tuple(getattr(variable_type, "shape", ()))
@@ -57,7 +65,8 @@ class DeviceResidentInput:
         if not isinstance(data, np.ndarray) and hasattr(data, "__dlpack_device__"):
             return self._from_dlpack(data, strict, allow_downcast)
         host = self.variable_type.filter(data, strict=strict, allow_downcast=allow_downcast)
-        return jax.device_put(host, self.sharding)
+        check_divisible(np.shape(host), self.split_axis, self.sharding, self.label)
+        return place(host, self.sharding)
 
     def is_valid_value(self, data: Any) -> bool:
         try:
@@ -67,11 +76,12 @@ class DeviceResidentInput:
         return True
 
     def _checked_resident(self, data: jax.Array) -> jax.Array:
-        if data.sharding != self.sharding:
+        if data.sharding != self.sharding and not data.sharding.is_equivalent_to(self.sharding, data.ndim):
             raise InputDeviceError(
-                f"JAX_GPU {self.label} is on {_where(data)}, but the function runs on "
-                f"{self.device}. Move it on purpose with jax.device_put(x, {self.device!r}) "
-                "or pass host (numpy) data; gpubackend does not copy between devices implicitly."
+                f"JAX_GPU {self.label} is on {_where(data)} ({data.sharding}), but the function expects "
+                f"it on {self.placement_description} ({self.sharding}). Move it on purpose with "
+                "jax.device_put(x, sharding) or pass host (numpy) data; gpubackend does not copy "
+                "between devices implicitly."
             )
         if data.dtype != self.dtype:
             raise TypeError(
@@ -91,16 +101,17 @@ class DeviceResidentInput:
         device_type, device_ordinal = data.__dlpack_device__()
         if device_type == _DLPACK_CPU:
             return self.filter(np.from_dlpack(data), strict, allow_downcast)
-        if device_type == _DLPACK_CUDA and self.device.platform == "gpu" and device_ordinal == self.device.local_hardware_id:
+        device = self.single_device
+        if device_type == _DLPACK_CUDA and device is not None and device.platform == "gpu" and device_ordinal == device.local_hardware_id:
             return self._checked_resident(jax.dlpack.from_dlpack(data))
         raise InputDeviceError(
             f"JAX_GPU {self.label} is a {type(data).__name__} on DLPack device "
-            f"(type {device_type}, ordinal {device_ordinal}), but the function runs on {self.device}. "
-            "Move it to that device first."
+            f"(type {device_type}, ordinal {device_ordinal}), but the function expects it on "
+            f"{self.placement_description}. Move it there first."
         )
 
     def __str__(self) -> str:
-        return f"{self.variable_type} on {self.device}"
+        return f"{self.variable_type} on {self.placement_description}"
 
 
 class StaticShapeInput:
@@ -127,16 +138,23 @@ class ResidentSharedCell:
     later calls (and ``get_value``) find it resident.
     """
 
-    __slots__ = ("cell", "sharding")
+    __slots__ = ("cell", "sharding", "split_axis", "label")
 
-    def __init__(self, cell: list, sharding: SingleDeviceSharding):
+    def __init__(self, cell: list, sharding: Sharding, split_axis: int | None, label: str):
         self.cell = cell
         self.sharding = sharding
+        self.split_axis = split_axis
+        self.label = label
 
     def __getitem__(self, index: int) -> jax.Array:
         value = self.cell[index]
         if value.__class__ is not _ARRAY_CLASS or value.sharding != self.sharding:
-            value = self.cell[index] = jax.device_put(value, self.sharding)
+            check_divisible(np.shape(value), self.split_axis, self.sharding, self.label)
+            if isinstance(value, jax.Array):
+                value = jax.device_put(value, self.sharding)
+            else:
+                value = place(np.asarray(value), self.sharding)
+            self.cell[index] = value
         return value
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-from jax.sharding import SingleDeviceSharding
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.link.basic import Container
 from pytensor.link.jax.linker import JAXLinker
@@ -17,10 +16,11 @@ import pytensor.link.jax.dispatch  # noqa: E402, F401  isort: skip
 
 from gpubackend.device_inputs import DeviceResidentInput, ResidentSharedCell, StaticShapeInput
 from gpubackend.devices import DeviceSpec, resolve_device
+from gpubackend.placement import DevicesSpec, Placement, ShardSpec, input_label, resolve_devices
 
 
 class JAXGPULinker(JAXLinker):
-    """Link a graph into one ``jax.jit`` computation committed to a device.
+    """Link a graph into one ``jax.jit`` computation committed to a device or a mesh.
 
     As a `JAXLinker` subclass it inherits PyTensor's JAX baking rules for inner
     graphs (the ``rewrite_*_inner_graph`` functions dispatch on the linker
@@ -28,19 +28,38 @@ class JAXGPULinker(JAXLinker):
 
     - the device is resolved when a function is linked (``device`` argument,
       else ``$GPUBACKEND_DEVICE``, else ``"gpu"``), with no silent fallback;
+      with ``devices``, the function runs over a mesh of those devices, the
+      inputs named in ``shard`` split along the given axis and the rest
+      replicated (see `gpubackend.placement`);
     - inputs are validated without leaving the device (`DeviceResidentInput`);
     - shared variables are uploaded once and stay resident;
     - buffers of updated shared variables are donated, so XLA updates in place;
     - outputs are committed to the device, with the graph's dtypes.
     """
 
-    def __init__(self, device: DeviceSpec | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        device: DeviceSpec | None = None,
+        *,
+        devices: DevicesSpec | None = None,
+        shard: ShardSpec | None = None,
+        **kwargs: Any,
+    ):
+        if device is not None and devices is not None:
+            raise ValueError("Pass either device= (one device) or devices= (a mesh), not both.")
+        if shard and devices is None:
+            raise ValueError("shard= splits inputs over several devices: pass devices= as well.")
         self.device_spec = device
+        self.devices_spec = devices
+        self.shard = dict(shard or {})
         super().__init__(**kwargs)
 
     def make_all(self, input_storage=None, output_storage=None, storage_map=None):
-        self.device = resolve_device(self.device_spec)
-        self.sharding = SingleDeviceSharding(self.device)
+        inputs = self.fgraph.inputs
+        if self.devices_spec is None:
+            self.placement = Placement.on_device(resolve_device(self.device_spec), len(inputs))
+        else:
+            self.placement = Placement.on_mesh(resolve_devices(self.devices_spec), self.shard, inputs)
         fn, input_containers, output_containers, thunks, nodes = super().make_all(
             input_storage, output_storage, storage_map
         )
@@ -54,7 +73,14 @@ class JAXGPULinker(JAXLinker):
         if position in self.scalar_shape_inputs:
             container_type = StaticShapeInput(variable.type)
         elif hasattr(variable.type, "dtype") and not isinstance(variable, SharedVariable):
-            container_type = DeviceResidentInput(variable.type, variable.name, position, self.sharding)
+            container_type = DeviceResidentInput(
+                variable.type,
+                variable.name,
+                position,
+                self.placement.input_shardings[position],
+                self.placement.split_axes[position],
+                self.placement.description,
+            )
         else:
             return container
         return Container(container_type, container.storage, name=variable.name)
@@ -76,9 +102,17 @@ class JAXGPULinker(JAXLinker):
 
     def create_thunk_inputs(self, storage_map):
         thunk_inputs = super().create_thunk_inputs(storage_map)
+        placement = self.placement
         return [
-            ResidentSharedCell(cell, self.sharding) if self._is_shared_array(variable) else cell
-            for variable, cell in zip(self.fgraph.inputs, thunk_inputs, strict=True)
+            ResidentSharedCell(
+                cell,
+                placement.input_shardings[position],
+                placement.split_axes[position],
+                input_label(variable.name, position),
+            )
+            if self._is_shared_array(variable)
+            else cell
+            for position, (variable, cell) in enumerate(zip(self.fgraph.inputs, thunk_inputs, strict=True))
         ]
 
     @staticmethod
@@ -91,8 +125,10 @@ class JAXGPULinker(JAXLinker):
             fn,
             static_argnums=self.scalar_shape_inputs,
             donate_argnums=donated,
-            out_shardings=self.sharding,
+            out_shardings=self.placement.output_sharding,
         )
 
     def __repr__(self) -> str:
+        if self.devices_spec is not None:
+            return f"{type(self).__name__}(devices={self.devices_spec!r}, shard={self.shard!r})"
         return f"{type(self).__name__}(device={self.device_spec!r})"

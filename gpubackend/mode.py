@@ -6,19 +6,33 @@ from pytensor.compile.mode import JAX, Mode, predefined_linkers, predefined_mode
 
 from gpubackend.devices import DeviceSpec
 from gpubackend.linker import JAXGPULinker
+from gpubackend.placement import DevicesSpec, ShardSpec
 
 MODE_NAME = "JAX_GPU"
 LINKER_NAME = "jax_gpu"
 
 
-def jax_gpu_mode(device: DeviceSpec | None = None) -> Mode:
+def jax_gpu_mode(
+    device: DeviceSpec | None = None,
+    *,
+    devices: DevicesSpec | None = None,
+    shard: ShardSpec | None = None,
+) -> Mode:
     """A Mode that runs on ``device`` ("gpu", "gpu:N", "cpu", "cpu:N" or a ``jax.Device``).
 
     With ``device=None`` the device is read from ``$GPUBACKEND_DEVICE`` each time
-    a function is compiled, and defaults to ``"gpu"``. The graph rewrites are
-    those of PyTensor's JAX mode.
+    a function is compiled, and defaults to ``"gpu"``.
+
+    For data parallelism give ``devices`` instead: ``"gpu"`` (every local GPU),
+    ``"cpu"``, or a list of device names or ``jax.Device``s. ``shard`` maps
+    inputs (variables or their names) to the axis they are split along;
+    every other input, and every shared variable not named, is replicated.
+    Example: ``jax_gpu_mode(devices="gpu", shard={x: 0})``.
+
+    The graph rewrites are those of PyTensor's JAX mode.
     """
-    return Mode(linker=JAXGPULinker(device), optimizer=JAX.provided_optimizer)
+    linker = JAXGPULinker(device, devices=devices, shard=shard)
+    return Mode(linker=linker, optimizer=JAX.provided_optimizer)
 
 
 def register() -> None:

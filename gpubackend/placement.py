@@ -1,0 +1,112 @@
+"""Where a JAX_GPU function's data lives: one device, or a mesh with some inputs split.
+
+A sharded function names its devices and, for some inputs, the axis to split
+along. Everything else is replicated. The function lowers to one ``jax.jit``
+with ``NamedSharding`` shardings over a one-axis ``Mesh``, and XLA (GSPMD)
+inserts the collectives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
+from pytensor.graph.basic import Variable
+
+from gpubackend.devices import DeviceSpec, platform_devices, resolve_device
+
+MESH_AXIS = "devices"
+
+ShardSpec = Mapping[Variable | str, int]
+DevicesSpec = str | Sequence[DeviceSpec]
+
+
+def resolve_devices(devices: DevicesSpec) -> list[jax.Device]:
+    """``"gpu"`` or ``"cpu"`` for every device of that platform, or a list of device specs."""
+    if isinstance(devices, str) and devices in ("gpu", "cpu"):
+        found = platform_devices(devices)
+        if not found:
+            resolve_device(devices)  # raises DeviceNotFoundError with the full message
+        return found
+    if isinstance(devices, str):
+        raise ValueError(f"devices={devices!r}: expected 'gpu', 'cpu' or a list of device names or jax.Devices.")
+    resolved = [resolve_device(device) for device in devices]
+    if len(set(resolved)) != len(resolved):
+        raise ValueError(f"devices={list(devices)!r} names the same device twice.")
+    return resolved
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The sharding of every input of one linked function, and of its outputs."""
+
+    input_shardings: tuple[Sharding, ...]
+    split_axes: tuple[int | None, ...]
+    output_sharding: Sharding | None
+    description: str
+
+    @classmethod
+    def on_device(cls, device: jax.Device, n_inputs: int) -> Placement:
+        sharding = SingleDeviceSharding(device)
+        return cls((sharding,) * n_inputs, (None,) * n_inputs, sharding, str(device))
+
+    @classmethod
+    def on_mesh(cls, devices: Sequence[jax.Device], shard: ShardSpec, inputs: Sequence[Variable]) -> Placement:
+        axis_by_input = _split_axis_by_input(shard, inputs)
+        mesh = Mesh(np.asarray(devices), (MESH_AXIS,))
+
+        def sharding(axis: int | None) -> NamedSharding:
+            spec = PartitionSpec() if axis is None else PartitionSpec(*([None] * axis), MESH_AXIS)
+            return NamedSharding(mesh, spec)
+
+        split_axes = tuple(axis_by_input.get(position) for position in range(len(inputs)))
+        for position, axis in axis_by_input.items():
+            static_shape = inputs[position].type.shape
+            if static_shape[axis] is not None:
+                check_divisible(static_shape, axis, sharding(axis), f"{input_label(inputs[position].name, position)} (static shape)")
+        description = f"a mesh of {len(devices)} devices ({', '.join(str(d) for d in devices)})"
+        # Outputs keep whatever sharding XLA propagates to them.
+        return cls(tuple(sharding(axis) for axis in split_axes), split_axes, None, description)
+
+
+def _split_axis_by_input(shard: ShardSpec, inputs: Sequence[Variable]) -> dict[int, int]:
+    names = [variable.name for variable in inputs]
+    axis_by_input = {}
+    for key, axis in shard.items():
+        positions = [i for i, variable in enumerate(inputs) if variable is key or (isinstance(key, str) and variable.name == key)]
+        if not positions:
+            known = ", ".join(repr(name) for name in names if name) or "no named inputs"
+            raise ValueError(f"shard names input {key!r}, but the function has no such input (its inputs: {known}).")
+        if len(positions) > 1:
+            raise ValueError(f"shard names input {key!r}, which matches several inputs; pass the variable instead.")
+        [position] = positions
+        ndim = getattr(inputs[position].type, "ndim", 0)
+        if not isinstance(axis, int) or not 0 <= axis < ndim:
+            raise ValueError(f"shard[{key!r}] = {axis!r}: the input has {ndim} dimensions, so the axis must be in 0..{ndim - 1}.")
+        axis_by_input[position] = axis
+    return axis_by_input
+
+
+def input_label(name: str | None, position: int) -> str:
+    return f"input {name!r} (position {position})" if name else f"input at position {position}"
+
+
+def check_divisible(shape: tuple[int, ...], axis: int | None, sharding: Sharding, label: str) -> None:
+    if axis is None:
+        return
+    n_devices = len(sharding.device_set)
+    if shape[axis] % n_devices:
+        raise ValueError(
+            f"JAX_GPU {label} is split along axis {axis} over {n_devices} devices, "
+            f"but that axis has length {shape[axis]}, which {n_devices} does not divide."
+        )
+
+
+def place(host: np.ndarray, sharding: Sharding) -> jax.Array:
+    """Upload host data explicitly. Each process fills only the shards it addresses (multi-host safe)."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(host, sharding)
+    return jax.make_array_from_callback(host.shape, sharding, host.__getitem__)

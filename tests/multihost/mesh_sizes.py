@@ -1,0 +1,19 @@
+"""Run the example graph on meshes of 1, 2 and 4 simulated devices; print one JSON line per size."""
+
+import json
+import os
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytensor  # noqa: E402
+
+import gpubackend  # noqa: E402
+from tests.multihost.graph import example_graph, example_inputs  # noqa: E402
+
+for size in (1, 2, 4):
+    inputs, outputs = example_graph()
+    mode = gpubackend.jax_gpu_mode(devices=jax.devices("cpu")[:size], shard={"x": 0})
+    rowwise, total = pytensor.function(inputs, outputs, mode=mode)(*example_inputs())
+    print(json.dumps({"size": size, "spec": str(rowwise.sharding.spec), "rowwise": np.asarray(rowwise).tolist(), "total": float(total)}))
