@@ -1,4 +1,4 @@
-"""The JAX_GPU linker: PyTensor's JAX linker, pinned to one device, with data kept there."""
+"""The JAX_GPU linker: PyTensor's JAX linker, pinned to a device or a mesh, with data kept there."""
 
 from __future__ import annotations
 
@@ -87,6 +87,8 @@ class JAXGPULinker(JAXLinker):
 
     def fgraph_convert(self, fgraph, **kwargs):
         graph_fn = super().fgraph_convert(fgraph, **kwargs)
+        if not fgraph.outputs:
+            return graph_fn
         output_dtypes = [getattr(output.type, "dtype", None) for output in fgraph.outputs]
 
         # Some stock lowerings return their accumulator dtype (a float32 Sum

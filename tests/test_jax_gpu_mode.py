@@ -220,3 +220,12 @@ def test_importing_gpubackend_enables_x64_with_float64_floatx():
     # Users put float64 data on the device before their first compile.
     assert pytensor.config.floatX == "float64"
     assert jax.config.jax_enable_x64
+
+
+def test_function_without_outputs_runs_its_updates(target_device):
+    counter = pytensor.shared(np.float64(0.0), name="counter")
+    fn = pytensor.function([], [], updates={counter: counter + 1}, mode="JAX_GPU")
+    fn()
+    fn()
+    assert float(counter.get_value()) == 2.0
+    assert counter.get_value(borrow=True).devices() == {target_device}
