@@ -3,3 +3,6 @@
 Importing this package registers them on PyTensor's ``jax_funcify`` and
 ``numba_funcify``.
 """
+
+from gpubackend.dispatch import jax_optimize  # noqa: E402, F401
+from gpubackend.dispatch import jax_blockwise, jax_fgraph, jax_ofg, jax_shape  # noqa: E402, F401
