@@ -1,0 +1,52 @@
+"""OpFromGraph and Composite under JAX and JAX_GPU: one lowering per distinct op, nesting, gradients."""
+
+from unittest import mock
+
+import numpy as np
+import pytensor
+import pytensor.scalar as ps
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.builders import OpFromGraph
+from pytensor.tensor.elemwise import Elemwise
+
+from gpubackend.dispatch import jax_ofg
+from jax_lowering_harness import JAX_MODES, assert_matches_reference
+
+
+def _chain(n_calls):
+    a = pt.vector("a")
+    step = OpFromGraph([a], [pt.sin(a) + 0.5 * a], inline=False, name="step")
+    x = pt.vector("x")
+    out = x
+    for _ in range(n_calls):
+        out = step(out)
+    return step, x, out
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_ofg_with_many_call_sites_is_funcified_once(mode):
+    _, x, out = _chain(50)
+    inner_lowerings = []
+    original = jax_ofg.jax_funcify
+
+    def counting_funcify(obj, *args, **kwargs):
+        inner_lowerings.append(obj)
+        return original(obj, *args, **kwargs)
+
+    with mock.patch.object(jax_ofg, "jax_funcify", counting_funcify):
+        assert_matches_reference([x], [out, pytensor.grad(out.sum(), x)], [np.linspace(-1, 1, 4)], mode)
+    # The compiled graph calls the (baked) step op and its pullback op 50 times each.
+    assert len(inner_lowerings) == len({id(fgraph) for fgraph in inner_lowerings}) == 2
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_nested_ofgs_and_explicit_composite(mode):
+    x, y = pt.vector("x"), pt.vector("y")
+    inner = OpFromGraph([x, y], [x * y + pt.exp(x)], inline=False, name="inner")
+    outer = OpFromGraph([x, y], [inner(x, y) * 2 - y, inner(y, x)], inline=False, name="outer")
+    s, t = ps.float64("s"), ps.float64("t")
+    composite = Elemwise(ps.Composite([s, t], [ps.exp(s) * t + ps.sin(s)]))
+    first, second = outer(x, y)
+    outputs = [first, second, composite(x, y), pytensor.grad((first * second).sum(), [x, y])[0]]
+    assert_matches_reference([x, y], outputs, [np.array([0.1, 0.5, -0.3]), np.array([1.0, 2.0, -1.0])], mode)
