@@ -105,3 +105,18 @@ def test_gradient_through_lazy_ifelse(mode):
     outputs = [out, pytensor.grad(out.sum(), x)]
     for flag_value in (1.0, -1.0):
         assert_matches_reference([flag, x], outputs, [np.asarray(flag_value), np.array([0.1, -0.4, 0.9])], mode)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_integer_input_used_as_a_length_specialises_the_compiled_function(mode):
+    n, x, k = pt.lscalar("n"), pt.vector("x"), pt.lscalar("k")
+    powers = _scan(lambda acc, x: acc * x, outputs_info=[pt.ones_like(x)], non_sequences=[x], n_steps=n)
+    outputs = [powers, pt.zeros((n, 2)) + x.sum() * k, pt.arange(n) * 2.0]
+    fn = pytensor.function([n, x, k], outputs, mode=mode)
+    reference_fn = pytensor.function([n, x, k], outputs, mode="FAST_COMPILE")
+    # n is a static argument of the jit (one compiled function per value); k, used only as data, is not.
+    assert fn.maker.linker.scalar_shape_inputs == (0,)
+    for steps in (3, 5, 3):
+        values = [np.asarray(steps), np.array([0.5, 2.0]), np.asarray(2)]
+        for got, want in zip(fn(*values), reference_fn(*values), strict=True):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
