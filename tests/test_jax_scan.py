@@ -65,12 +65,32 @@ def test_nested_while_scans_and_while_scan_inside_ofg(mode):
     assert_matches_reference([a], outputs, [np.array([0.5, 2.0, 9.0])], mode)
 
 
-@pytest.mark.parametrize("mode", JAX_MODES)
-def test_full_trace_of_a_while_scan_is_refused_with_a_clear_error(mode):
-    x0, a = pt.vector("x0"), pt.vector("a")
-    xs = _newton_sqrt(x0, a)
-    with pytest.raises(DataDependentLengthError, match="data-dependent shape.*trace\\[-1\\]"):
-        pytensor.function([x0, a], xs, mode=mode)
+def _doubling_until(x0, limit):
+    def double(x, limit):
+        doubled = x * 2
+        return doubled, until(doubled > limit)
+
+    return _scan(double, outputs_info=[x0], non_sequences=[limit], n_steps=50)
+
+
+def test_full_trace_and_gradient_of_a_while_scan_under_jax_gpu():
+    x0, limit = pt.scalar("x0"), pt.scalar("limit")
+    xs = _doubling_until(x0, limit)
+    outputs = [xs, pytensor.grad(xs.sum(), x0)]
+    assert_matches_reference([x0, limit], outputs, [np.asarray(0.3), np.asarray(10.0)], "JAX_GPU")
+    # One compiled function, trace lengths changing from call to call, back and forth.
+    fn = pytensor.function([x0, limit], outputs, mode="JAX_GPU")
+    reference_fn = pytensor.function([x0, limit], outputs, mode="FAST_COMPILE")
+    for limit_value in (10.0, 1000.0, 1e300, 10.0):
+        values = [np.asarray(0.3), np.asarray(limit_value)]
+        for got, want in zip(fn(*values), reference_fn(*values), strict=True):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+
+
+def test_full_trace_of_a_while_scan_is_refused_by_stock_jax_with_a_clear_error():
+    x0, limit = pt.scalar("x0"), pt.scalar("limit")
+    with pytest.raises(DataDependentLengthError, match="data-dependent shape.*JAX_GPU.*trace\\[-1\\]"):
+        pytensor.function([x0, limit], _doubling_until(x0, limit), mode="JAX")
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)

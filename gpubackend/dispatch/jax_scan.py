@@ -9,9 +9,11 @@ rotated into PyTensor's order (oldest entry first).
 
 PyTensor trims a buffer that is longer than the states written to it down to
 the steps actually taken: that output's length depends on the data, which
-``jax.jit`` cannot return. Such outputs are refused with a clear error
-(`DataDependentLengthError`); the last value (``trace[-1]``), which PyTensor
-rewrites to an untraced state or a one-entry buffer, always lowers.
+``jax.jit`` alone cannot return. The last value (``trace[-1]``), which PyTensor
+rewrites to an untraced state or a one-entry buffer, always lowers. A full
+trace (and so the gradient of a while-Scan) lowers when the linker specialises
+the compiled function on step counts (`jax_while_steps`, JAX_GPU); otherwise
+it is refused with `DataDependentLengthError`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.link.jax.dispatch.scan import jax_funcify_Scan as jax_funcify_for_scan
 from pytensor.scan.op import Scan
 
+from gpubackend.dispatch.jax_while_steps import WHILE_STEPS_KEY, WhileStepSpecialisation
+
 
 class DataDependentLengthError(NotImplementedError):
     """A while-Scan output whose length would depend on the number of steps taken."""
@@ -34,7 +38,8 @@ def _data_dependent_length_error(op: Scan, position: int, size: int, init_len: i
     return DataDependentLengthError(
         f"{op}: traced output {position} keeps {size} entries ({init_len} initial), so its length after the "
         "loop depends on how many steps the `until` condition allows; jax.jit cannot return a data-dependent "
-        "shape. Use its last value (trace[-1]) or a for-Scan of fixed length."
+        "shape. Compile with mode='JAX_GPU' (which specialises on the step count), or use its last value "
+        "(trace[-1]) or a for-Scan of fixed length."
     )
 
 
@@ -51,11 +56,14 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
     if info.n_mit_mot:
         raise NotImplementedError(f"{op}: a while-Scan with mit-mot states has no JAX lowering")
     kwargs.pop("storage_map", None)
+    steps_context: WhileStepSpecialisation | None = kwargs.get(WHILE_STEPS_KEY)
+    specialisable = steps_context is not None and node in steps_context.top_level_nodes
     inner_fn = jax_funcify(op.fgraph, **kwargs)
     tap_slices = [*info.mit_sot_in_slices, *info.sit_sot_in_slices]
     init_lens = [-min(taps) for taps in tap_slices]
     traced_slots = [*init_lens, *([0] * info.n_nit_sot)]
-    _refuse_static_data_dependent_lengths(op, node, traced_slots)
+    if not specialisable:
+        _refuse_static_data_dependent_lengths(op, node, traced_slots)
 
     def while_scan(*outer_inputs):
         outer_inputs = list(outer_inputs)
@@ -104,10 +112,23 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
         init = (jnp.asarray(0, dtype=jnp.asarray(n_steps).dtype), jnp.asarray(False), tap_buffers, nit_buffers, untraced)
         steps_taken, _, buffers, nit_bufs, untraced_final = jax.lax.while_loop(keep_going, body, init)
 
-        traces = [
-            _in_pytensor_order(op, position, buffer, slot, steps_taken)
-            for position, (buffer, slot) in enumerate(zip([*buffers, *nit_bufs], traced_slots, strict=True))
-        ]
+        trace_buffers = [*buffers, *nit_bufs]
+        if all(_keeps_every_step(buffer.shape[0], slot) for buffer, slot in zip(trace_buffers, traced_slots, strict=True)):
+            traces = [_rotated(buffer, slot, steps_taken) for buffer, slot in zip(trace_buffers, traced_slots, strict=True)]
+        else:
+            if not specialisable or isinstance(n_steps, jax.core.Tracer):
+                position, size, slot = next(
+                    (position, buffer.shape[0], slot)
+                    for position, (buffer, slot) in enumerate(zip(trace_buffers, traced_slots, strict=True))
+                    if not _keeps_every_step(buffer.shape[0], slot)
+                )
+                raise _data_dependent_length_error(op, position, size, slot)
+            assumed = steps_context.steps_to_assume(node, int(n_steps))
+            steps_context.observe(node, assumed, steps_taken)
+            traces = [
+                _as_pytensor_returns(buffer, slot, assumed, int(n_steps))
+                for buffer, slot in zip(trace_buffers, traced_slots, strict=True)
+            ]
         outputs = [*traces, *untraced_final]
         return outputs[0] if len(outputs) == 1 else outputs
 
@@ -127,12 +148,20 @@ def _refuse_static_data_dependent_lengths(op: Scan, node, traced_slots: Sequence
             raise _data_dependent_length_error(op, position, int(size), init_len)
 
 
-def _in_pytensor_order(op: Scan, position: int, buffer: jax.Array, init_len: int, steps_taken) -> jax.Array:
-    """The ring buffer rotated so that its oldest entry comes first, as PyTensor returns it."""
+def _rotated(buffer: jax.Array, init_len: int, steps_taken) -> jax.Array:
+    """A full ring buffer rotated so that its oldest entry comes first, as PyTensor returns it."""
     store = buffer.shape[0]
-    if not _keeps_every_step(store, init_len):
-        raise _data_dependent_length_error(op, position, store, init_len)
     if store <= 1:
         return buffer
-    next_slot = (steps_taken + init_len) % store
-    return jnp.roll(buffer, -next_slot, axis=0)
+    return jnp.roll(buffer, -((steps_taken + init_len) % store), axis=0)
+
+
+def _as_pytensor_returns(buffer: jax.Array, init_len: int, steps: int, max_steps: int) -> jax.Array:
+    """The trace PyTensor's Scan returns after ``steps`` (a static count) of at most ``max_steps``."""
+    written = steps + init_len
+    store = buffer.shape[0]
+    if store <= written:
+        return jnp.roll(buffer, -(written % store), axis=0)
+    # Entries never written are zeroed, then the tail of steps not taken is cut off.
+    buffer = buffer.at[written:].set(0)
+    return buffer[: -(max_steps - steps)] if steps < max_steps else buffer
