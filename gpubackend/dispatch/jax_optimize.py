@@ -22,6 +22,7 @@ from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootS
 from gpubackend.dispatch.jax_bracket import expand_bracket
 from gpubackend.dispatch.jax_optimize_methods import (
     BRACKETING_ROOT_METHODS,
+    SolverChoice,
     minimize_scalar_solver,
     minimize_solver,
     root_scalar_solver,
@@ -42,38 +43,31 @@ def _objective(op: ScipyWrapperOp, kwargs: dict) -> Objective:
     return objective
 
 
-def _succeeded(solution: optx.Solution) -> jax.Array:
-    return solution.result == optx.RESULTS.successful
+def _solved(solve: Callable, fn: Objective, choice: SolverChoice, x0, args: tuple, options: dict | None = None):
+    """``(solution, success)``: run without throwing; success is optimistix's own verdict."""
+    solution = solve(fn, choice.solver, x0, args=args, options=options, max_steps=choice.max_steps, throw=False)
+    return solution.value.astype(x0.dtype), solution.result == optx.RESULTS.successful
+
+
+def _vector_solve(op: ScipyWrapperOp, kwargs: dict, choose: Callable[..., SolverChoice], solve: Callable) -> Callable:
+    """Lower a vector minimize/root op: ``solve`` is ``optx.minimise`` or ``optx.root_find``."""
+    choose(op.method, op.optimizer_kwargs, n_variables=1)  # refuse unsupported methods at compile time
+    objective = _objective(op, kwargs)
+
+    def vector_solve(x0, *args):
+        return _solved(solve, objective, choose(op.method, op.optimizer_kwargs, n_variables=x0.size), x0, args)
+
+    return vector_solve
 
 
 @jax_funcify.register(MinimizeOp)
-def jax_funcify_MinimizeOp(op: MinimizeOp, node=None, **kwargs):
-    minimize_solver(op.method, op.optimizer_kwargs, n_variables=1)  # refuse unsupported methods at compile time
-    objective = _objective(op, kwargs)
-
-    def minimize(x0, *args):
-        choice = minimize_solver(op.method, op.optimizer_kwargs, n_variables=x0.size)
-        solution = optx.minimise(
-            objective, choice.solver, x0, args=args, max_steps=choice.max_steps, throw=False
-        )
-        return solution.value.astype(x0.dtype), _succeeded(solution)
-
-    return minimize
+def jax_funcify_MinimizeOp(op: MinimizeOp, node=None, **kwargs) -> Callable:
+    return _vector_solve(op, kwargs, minimize_solver, optx.minimise)
 
 
 @jax_funcify.register(RootOp)
-def jax_funcify_RootOp(op: RootOp, node=None, **kwargs):
-    root_solver(op.method, op.optimizer_kwargs, n_variables=1)
-    equations = _objective(op, kwargs)
-
-    def root(x0, *args):
-        choice = root_solver(op.method, op.optimizer_kwargs, n_variables=x0.size)
-        solution = optx.root_find(
-            equations, choice.solver, x0, args=args, max_steps=choice.max_steps, throw=False
-        )
-        return solution.value.astype(x0.dtype), _succeeded(solution)
-
-    return root
+def jax_funcify_RootOp(op: RootOp, node=None, **kwargs) -> Callable:
+    return _vector_solve(op, kwargs, root_solver, optx.root_find)
 
 
 def _bounds_by_name(op: ScipyWrapperOp, outer_inputs: Sequence) -> tuple[tuple, dict[str, jax.Array]]:
@@ -94,7 +88,7 @@ def _search_interval(objective: Objective, bounds: dict, args: tuple, max_steps:
 
 
 @jax_funcify.register(MinimizeScalarOp)
-def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs):
+def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> Callable:
     choice = minimize_scalar_solver(op.method, op.optimizer_kwargs)
     if op.method == "bounded" and "bounds" not in op.bound_kwargs:
         raise ValueError("minimize_scalar(method='bounded') needs `bounds`")
@@ -103,22 +97,14 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs):
     def minimize_scalar(x0, *inputs):
         args, bounds = _bounds_by_name(op, (x0, *inputs))
         lower, upper, found = _search_interval(objective, bounds, args, choice.max_steps)
-        solution = optx.minimise(
-            objective,
-            choice.solver,
-            x0,
-            args=args,
-            options={"lower": lower, "upper": upper},
-            max_steps=choice.max_steps,
-            throw=False,
-        )
-        return solution.value.astype(x0.dtype), _succeeded(solution) & found
+        value, success = _solved(optx.minimise, objective, choice, x0, args, {"lower": lower, "upper": upper})
+        return value, success & found
 
     return minimize_scalar
 
 
 @jax_funcify.register(RootScalarOp)
-def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs):
+def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
     choice = root_scalar_solver(op.method, op.optimizer_kwargs)
     brackets = op.method in BRACKETING_ROOT_METHODS
     if brackets and "bracket" not in op.bound_kwargs:
@@ -128,21 +114,13 @@ def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs):
     def root_scalar(x0, *inputs):
         args, bounds = _bounds_by_name(op, (x0, *inputs))
         if not brackets:
-            solution = optx.root_find(equation, choice.solver, x0, args=args, max_steps=choice.max_steps, throw=False)
-            return solution.value.astype(x0.dtype), _succeeded(solution)
+            return _solved(optx.root_find, equation, choice, x0, args)
         lower, upper = bounds["bracket"][0], bounds["bracket"][1]
         # Orient the equation to rise from lower to upper, as the solver is told (flip=False).
         orientation = jnp.where(equation(upper, args) < 0, -1.0, 1.0).astype(x0.dtype)
         sign_changes = equation(lower, args) * equation(upper, args) <= 0
-        solution = optx.root_find(
-            lambda y, args: orientation * equation(y, args),
-            choice.solver,
-            x0,
-            args=args,
-            options={"lower": lower, "upper": upper},
-            max_steps=choice.max_steps,
-            throw=False,
-        )
-        return solution.value.astype(x0.dtype), _succeeded(solution) & sign_changes
+        rising = lambda y, args: orientation * equation(y, args)  # noqa: E731
+        value, success = _solved(optx.root_find, rising, choice, x0, args, {"lower": lower, "upper": upper})
+        return value, success & sign_changes
 
     return root_scalar
