@@ -4,7 +4,7 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 
-from jax_lowering_harness import _Observer, compile_checked
+from tests.jax_lowering_harness import _Observer, compile_checked
 
 
 def test_observer_counts_a_compile_while_armed_and_restores_pytensor():

@@ -11,7 +11,7 @@ from pytensor.compile.builders import OpFromGraph
 from pytensor.tensor.elemwise import Elemwise
 
 from gpubackend.dispatch import jax_ofg
-from jax_lowering_harness import JAX_MODES, assert_matches_reference
+from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference
 
 
 def _chain(n_calls):

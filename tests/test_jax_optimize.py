@@ -12,7 +12,7 @@ from pytensor.graph.replace import vectorize_graph
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.optimize import minimize, minimize_scalar, root, root_scalar
 
-from jax_lowering_harness import JAX_MODES, assert_matches_reference, compile_checked
+from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference, compile_checked
 
 A_VALUE = np.array([1.0, -2.0, 0.5])
 X0 = np.zeros(3)

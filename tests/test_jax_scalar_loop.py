@@ -8,7 +8,7 @@ import pytest
 from pytensor.scalar.loop import ScalarLoop
 from pytensor.tensor.elemwise import Elemwise
 
-from jax_lowering_harness import JAX_MODES, assert_matches_reference
+from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)

@@ -14,7 +14,7 @@ from pytensor.ifelse import ifelse
 from pytensor.scan.utils import until
 
 from gpubackend.dispatch.jax_scan import DataDependentLengthError
-from jax_lowering_harness import JAX_MODES, assert_matches_reference
+from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference
 
 
 def _scan(*args, **kwargs):
