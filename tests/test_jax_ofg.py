@@ -50,3 +50,17 @@ def test_nested_ofgs_and_explicit_composite(mode):
     first, second = outer(x, y)
     outputs = [first, second, composite(x, y), pytensor.grad((first * second).sum(), [x, y])[0]]
     assert_matches_reference([x, y], outputs, [np.array([0.1, 0.5, -0.3]), np.array([1.0, 2.0, -1.0])], mode)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_gradient_rederived_after_compiling_and_calling(mode):
+    from pytensor.tensor.optimize import minimize
+
+    x, a = pt.vector("x"), pt.vector("a")
+    solution, _ = minimize(((x - a) ** 2).sum() + 0.1 * (x**4).sum(), x, optimizer_kwargs={"tol": 1e-10})
+    xs = pytensor.scan(lambda h, a: pt.tanh(h + a), outputs_info=[a], non_sequences=[a], n_steps=4, return_updates=False)
+    op = OpFromGraph([x, a], [xs[-1] + solution], inline=False, name="mixed")
+    values = [np.zeros(3), np.array([0.5, -1.0, 2.0])]
+    assert_matches_reference([x, a], [op(x, a)], values, mode)
+    # The compiled function must have left every canonical op usable for grad.
+    assert_matches_reference([x, a], [pytensor.grad(op(x, a).sum(), a)], values, mode)

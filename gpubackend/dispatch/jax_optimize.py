@@ -97,8 +97,13 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> C
     def minimize_scalar(x0, *inputs):
         args, bounds = _bounds_by_name(op, (x0, *inputs))
         lower, upper, found = _search_interval(objective, bounds, args, choice.max_steps)
-        value, success = _solved(optx.minimise, objective, choice, x0, args, {"lower": lower, "upper": upper})
-        return value, success & found
+        # Searched as an offset from `lower`: optimistix 0.1.0's GoldenSearch places
+        # its first probe at (upper - lower) / (phi + 1), i.e. as if lower were 0.
+        def from_lower(offset, args):
+            return objective(lower + offset, args)
+
+        offset, success = _solved(optx.minimise, from_lower, choice, x0 - lower, args, {"lower": 0.0, "upper": upper - lower})
+        return (lower + offset).astype(x0.dtype), success & found
 
     return minimize_scalar
 
