@@ -119,3 +119,14 @@ def test_bounds_are_refused_naming_the_option():
     inputs, outputs, _ = _minimize_problem("L-BFGS-B", bounds=[(0, 1)] * 3)
     with pytest.raises(NotImplementedError, match="bounds"):
         pytensor.function(inputs, outputs, mode="JAX_GPU")
+
+
+def test_root_without_a_root_reports_failure():
+    x, a = pt.vector("x"), pt.vector("a")
+    values = [np.array([0.5, -0.5]), np.array([0.0, 0.5])]
+    _, hybr_success = root(x**2 + 1.0 + a, x, method="hybr")
+    assert assert_matches_reference([x, a], [hybr_success], values, "JAX_GPU")[0] == np.False_
+    # scipy's "lm" reports convergence of the least-squares fit even without a
+    # root; the lowering reports success only when the equations are solved.
+    _, lm_success = root(x**2 + 1.0 + a, x, method="lm")
+    assert compile_checked([x, a], [lm_success], values, "JAX_GPU")[0] == np.False_
