@@ -14,19 +14,14 @@ from gpubackend.dispatch import jax_ofg
 from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference
 
 
-def _chain(n_calls):
-    a = pt.vector("a")
-    step = OpFromGraph([a], [pt.sin(a) + 0.5 * a], inline=False, name="step")
-    x = pt.vector("x")
-    out = x
-    for _ in range(n_calls):
-        out = step(out)
-    return step, x, out
-
-
 @pytest.mark.parametrize("mode", JAX_MODES)
 def test_ofg_with_many_call_sites_is_funcified_once(mode):
-    _, x, out = _chain(50)
+    a, b = pt.vector("a"), pt.vector("b")
+    step = OpFromGraph([a, b], [pt.sin(a) + 0.5 * b, a * b], inline=False, name="step")
+    start_x, start_y = pt.vector("x"), pt.vector("y")
+    x, y = start_x, start_y
+    for _ in range(30):
+        x, y = step(x, y)
     inner_lowerings = []
     original = jax_ofg.jax_funcify
 
@@ -35,8 +30,9 @@ def test_ofg_with_many_call_sites_is_funcified_once(mode):
         return original(obj, *args, **kwargs)
 
     with mock.patch.object(jax_ofg, "jax_funcify", counting_funcify):
-        assert_matches_reference([x], [out, pytensor.grad(out.sum(), x)], [np.linspace(-1, 1, 4)], mode)
-    # The compiled graph calls the (baked) step op and its pullback op 50 times each.
+        values = [np.linspace(-1, 1, 4), np.linspace(0, 1, 4)]
+        assert_matches_reference([start_x, start_y], [x, y, pytensor.grad((x * y).sum(), start_x)], values, mode)
+    # The compiled graph calls the (baked) step op and its pullback op 30 times each.
     assert len(inner_lowerings) == len({id(fgraph) for fgraph in inner_lowerings}) == 2
 
 
