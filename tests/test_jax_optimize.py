@@ -130,3 +130,14 @@ def test_root_without_a_root_reports_failure():
     # root; the lowering reports success only when the equations are solved.
     _, lm_success = root(x**2 + 1.0 + a, x, method="lm")
     assert compile_checked([x, a], [lm_success], values, "JAX_GPU")[0] == np.False_
+
+
+def test_float32_solves_terminate_at_float32_precision():
+    y, c = pt.scalar("y", dtype="float32"), pt.scalar("c", dtype="float32")
+    root_value, root_success = root_scalar(y**3 + y - c, y, method="brentq", bracket=[0.0, 5.0])
+    x, a = pt.vector("x", dtype="float32"), pt.vector("a", dtype="float32")
+    solution, success = minimize(((x - a) ** 2).sum() + 0.1 * (x**4).sum(), x)
+    values = [np.float32(1.0), np.float32(3.0), np.zeros(3, "float32"), np.array([0.5, -1.0, 2.0], "float32")]
+    # scipy's BFGS stops at its default gtol=1e-5, about 1e-5 away in x.
+    assert_matches_reference([y, c, x, a], [root_value, solution], values, "JAX_GPU", rtol=1e-4)
+    assert all(compile_checked([y, c, x, a], [root_success, success], values, "JAX_GPU"))

@@ -43,6 +43,10 @@ def _objective(op: ScipyWrapperOp, kwargs: dict) -> Objective:
     return objective
 
 
+def _dtype(op: ScipyWrapperOp) -> str:
+    return op.fgraph.inputs[0].type.dtype
+
+
 def _solved(solve: Callable, fn: Objective, choice: SolverChoice, x0, args: tuple, options: dict | None = None):
     """``(solution, success)``: run without throwing; success is optimistix's own verdict."""
     solution = solve(fn, choice.solver, x0, args=args, options=options, max_steps=choice.max_steps, throw=False)
@@ -51,11 +55,12 @@ def _solved(solve: Callable, fn: Objective, choice: SolverChoice, x0, args: tupl
 
 def _vector_solve(op: ScipyWrapperOp, kwargs: dict, choose: Callable[..., SolverChoice], solve: Callable) -> Callable:
     """Lower a vector minimize/root op: ``solve`` is ``optx.minimise`` or ``optx.root_find``."""
-    choose(op.method, op.optimizer_kwargs, n_variables=1)  # refuse unsupported methods at compile time
+    dtype = _dtype(op)
+    choose(op.method, op.optimizer_kwargs, n_variables=1, dtype=dtype)  # refuse unsupported methods at compile time
     objective = _objective(op, kwargs)
 
     def vector_solve(x0, *args):
-        return _solved(solve, objective, choose(op.method, op.optimizer_kwargs, n_variables=x0.size), x0, args)
+        return _solved(solve, objective, choose(op.method, op.optimizer_kwargs, n_variables=x0.size, dtype=dtype), x0, args)
 
     return vector_solve
 
@@ -89,7 +94,7 @@ def _search_interval(objective: Objective, bounds: dict, args: tuple, max_steps:
 
 @jax_funcify.register(MinimizeScalarOp)
 def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> Callable:
-    choice = minimize_scalar_solver(op.method, op.optimizer_kwargs)
+    choice = minimize_scalar_solver(op.method, op.optimizer_kwargs, dtype=_dtype(op))
     if op.method == "bounded" and "bounds" not in op.bound_kwargs:
         raise ValueError("minimize_scalar(method='bounded') needs `bounds`")
     objective = _objective(op, kwargs)
@@ -110,7 +115,7 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> C
 
 @jax_funcify.register(RootScalarOp)
 def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
-    choice = root_scalar_solver(op.method, op.optimizer_kwargs)
+    choice = root_scalar_solver(op.method, op.optimizer_kwargs, dtype=_dtype(op))
     brackets = op.method in BRACKETING_ROOT_METHODS
     if brackets and "bracket" not in op.bound_kwargs:
         raise ValueError(f"root_scalar(method={op.method!r}) needs a `bracket` (a, b) on which the equation changes sign")

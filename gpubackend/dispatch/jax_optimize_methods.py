@@ -100,6 +100,12 @@ BRACKETING_ROOT_METHODS = frozenset({"bisect", "brentq", "brenth", "ridder", "to
 _EPS = float(np.finfo(np.float64).eps)
 
 
+def _choice(factory: _Factory, rtol: float, atol: float, max_steps: int, dtype: str) -> SolverChoice:
+    """Tolerances no finer than ``dtype`` can resolve, so float32 solves can still terminate."""
+    eps = float(np.finfo(dtype).eps)
+    return SolverChoice(factory(max(float(rtol), 4 * eps), max(float(atol), 16 * eps)), int(max_steps))
+
+
 def _check_keys(family: _Family, method: str, given: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
     unknown = sorted(set(given) - allowed - _COSMETIC_OPTIONS)
     if unknown:
@@ -116,7 +122,7 @@ def _options(family: _Family, method: str, kwargs: Mapping[str, Any], allowed: f
     return options
 
 
-def minimize_solver(method: str, kwargs: Mapping[str, Any], n_variables: int) -> SolverChoice:
+def minimize_solver(method: str, kwargs: Mapping[str, Any], n_variables: int, dtype: str) -> SolverChoice:
     """The solver for ``scipy.optimize.minimize(method=method, **kwargs)``."""
     factory = MINIMIZE.solver_factory(method)
     options = _options(MINIMIZE, method, kwargs, frozenset({"maxiter", "gtol", "xtol", "ftol"}))
@@ -124,10 +130,10 @@ def minimize_solver(method: str, kwargs: Mapping[str, Any], n_variables: int) ->
     rtol = tol if tol is not None else options.get("xtol", 1e-8)
     atol = tol if tol is not None else options.get("gtol", options.get("ftol", 1e-8))
     default_steps = 15000 if method == "L-BFGS-B" else 200 * max(n_variables, 1)
-    return SolverChoice(factory(float(rtol), float(atol)), int(options.get("maxiter", default_steps)))
+    return _choice(factory, rtol, atol, options.get("maxiter", default_steps), dtype)
 
 
-def root_solver(method: str, kwargs: Mapping[str, Any], n_variables: int) -> SolverChoice:
+def root_solver(method: str, kwargs: Mapping[str, Any], n_variables: int, dtype: str) -> SolverChoice:
     """The solver for ``scipy.optimize.root(method=method, **kwargs)``."""
     factory = ROOT.solver_factory(method)
     options = _options(ROOT, method, kwargs, frozenset({"xtol", "ftol", "maxiter", "maxfev"}))
@@ -135,22 +141,22 @@ def root_solver(method: str, kwargs: Mapping[str, Any], n_variables: int) -> Sol
     rtol = tol if tol is not None else options.get("xtol", 1.49012e-08)
     atol = tol if tol is not None else options.get("ftol", 1.49012e-08)
     max_steps = options.get("maxiter", options.get("maxfev", 200 * (max(n_variables, 1) + 1)))
-    return SolverChoice(factory(float(rtol), float(atol)), int(max_steps))
+    return _choice(factory, rtol, atol, max_steps, dtype)
 
 
-def minimize_scalar_solver(method: str, kwargs: Mapping[str, Any]) -> SolverChoice:
+def minimize_scalar_solver(method: str, kwargs: Mapping[str, Any], dtype: str) -> SolverChoice:
     """The solver for ``scipy.optimize.minimize_scalar(method=method, **kwargs)``."""
     factory = MINIMIZE_SCALAR.solver_factory(method)
     options = _options(MINIMIZE_SCALAR, method, kwargs, frozenset({"maxiter", "xtol", "xatol"}))
     tol = kwargs.get("tol")
     rtol = tol if tol is not None else options.get("xtol", options.get("xatol", np.sqrt(_EPS)))
-    return SolverChoice(factory(float(rtol), float(rtol) * 1e-3), int(options.get("maxiter", 500)))
+    return _choice(factory, rtol, float(rtol) * 1e-3, options.get("maxiter", 500), dtype)
 
 
-def root_scalar_solver(method: str, kwargs: Mapping[str, Any]) -> SolverChoice:
+def root_scalar_solver(method: str, kwargs: Mapping[str, Any], dtype: str) -> SolverChoice:
     """The solver for ``scipy.optimize.root_scalar(method=method, **kwargs)``."""
     factory = ROOT_SCALAR.solver_factory(method)
     _check_keys(ROOT_SCALAR, method, kwargs, ROOT_SCALAR.top_level_keys, "keyword arguments")
     atol = kwargs.get("xtol", 2e-12)
     rtol = kwargs.get("rtol", 4 * _EPS)
-    return SolverChoice(factory(float(rtol), float(atol)), int(kwargs.get("maxiter", 256)))
+    return _choice(factory, rtol, atol, kwargs.get("maxiter", 256), dtype)
