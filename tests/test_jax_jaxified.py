@@ -34,3 +34,23 @@ def test_logp_with_a_minimize_and_an_ofg_is_jitted_and_differentiated_by_jax():
     np.testing.assert_allclose(logp_fn(x0, a_value), want_logp, rtol=1e-6)
     # optimistix differentiates its solve implicitly, as PyTensor does symbolically.
     np.testing.assert_allclose(jax.grad(logp_fn, argnums=1)(x0, a_value), want_grad, rtol=1e-5)
+
+
+def test_logp_with_a_while_scan_is_differentiated_by_jax():
+    from pytensor.scan.utils import until
+
+    x0, a = pt.vector("x0"), pt.vector("a")
+
+    def newton_step(x, a):
+        new_x = x - (x**2 - a) / (2 * x)
+        return new_x, until(pt.max(pt.abs(new_x - x)) < 1e-12)
+
+    roots = pytensor.scan(newton_step, outputs_info=[x0], non_sequences=[a], n_steps=50, return_updates=False)
+    logp = -(roots[-1] ** 3).sum()
+    graph_fn = jaxified([x0, a], [logp])
+    logp_fn = jax.jit(lambda x0_value, a_value: graph_fn(x0_value, a_value)[0])
+    x0_value, a_value = np.ones(3), np.array([2.0, 3.0, 40.0])
+    reference = pytensor.function([x0, a], [logp, pytensor.grad(logp, a)], mode="FAST_COMPILE")
+    want_logp, want_grad = reference(x0_value, a_value)
+    np.testing.assert_allclose(logp_fn(x0_value, a_value), want_logp, rtol=1e-10)
+    np.testing.assert_allclose(jax.grad(logp_fn, argnums=1)(x0_value, a_value), want_grad, rtol=1e-8)

@@ -1,7 +1,9 @@
 """JAX lowering of Scan: for-loops by PyTensor's own lowering, while-loops (``until``) by ``lax.while_loop``.
 
 A while-Scan runs at most ``n_steps`` iterations and stops after the first one
-whose ``until`` condition is true. Its traced outputs live in buffers of the
+whose ``until`` condition is true. With a step bound known while tracing the loop
+is Equinox's checkpointed while loop, so ``jax.grad`` of the lowered graph works
+(PyMC's JAX samplers need it); it does not support forward mode (jvp). Its traced outputs live in buffers of the
 size the graph declares (the outer buffers, or the nit-sot sizes), written at
 ``(init + step) % size`` as PyTensor's own Scan does, so a buffer shortened by
 PyTensor's memory rewrites is a ring buffer. After the loop each buffer is
@@ -22,6 +24,7 @@ from collections.abc import Callable, Sequence
 from itertools import chain
 
 import jax
+import equinox.internal as eqxi
 import jax.numpy as jnp
 from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.link.jax.dispatch.scan import jax_funcify_Scan as jax_funcify_for_scan
@@ -110,7 +113,7 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
             return step + 1, jnp.asarray(stop, bool), buffers, nit_bufs, untraced_values
 
         init = (jnp.asarray(0, dtype=jnp.asarray(n_steps).dtype), jnp.asarray(False), tap_buffers, nit_buffers, untraced)
-        steps_taken, _, buffers, nit_bufs, untraced_final = jax.lax.while_loop(keep_going, body, init)
+        steps_taken, _, buffers, nit_bufs, untraced_final = _while_loop(keep_going, body, init, n_steps)
 
         trace_buffers = [*buffers, *nit_bufs]
         if all(_keeps_every_step(buffer.shape[0], slot) for buffer, slot in zip(trace_buffers, traced_slots, strict=True)):
@@ -133,6 +136,18 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
         return outputs[0] if len(outputs) == 1 else outputs
 
     return while_scan
+
+
+def _while_loop(keep_going: Callable, body: Callable, init, max_steps):
+    """``lax.while_loop``, reverse-differentiable by JAX when the step bound is known while tracing.
+
+    PyMC's JAX samplers take ``jax.grad`` of the lowered graph, which a plain
+    ``lax.while_loop`` does not support. Equinox's checkpointed loop runs the
+    same loop forwards and supports reverse mode (not forward mode, jvp).
+    """
+    if isinstance(max_steps, jax.core.Tracer):
+        return jax.lax.while_loop(keep_going, body, init)
+    return eqxi.while_loop(keep_going, body, init, max_steps=int(max_steps), kind="checkpointed")
 
 
 def _refuse_static_data_dependent_lengths(op: Scan, node, traced_slots: Sequence[int]) -> None:
