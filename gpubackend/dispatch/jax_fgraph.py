@@ -25,9 +25,9 @@ import jax
 import numpy as np
 from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FrozenFunctionGraph, FunctionGraph
+from pytensor.graph.op import HasInnerGraph
 from pytensor.link.jax.dispatch.basic import jax_funcify, jax_typify
 from pytensor.link.utils import fgraph_to_python
-from pytensor.graph.op import HasInnerGraph
 
 OFG_MEMO_KEY = "gpubackend_ofg_memo"
 

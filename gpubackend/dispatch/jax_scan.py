@@ -1,12 +1,14 @@
-"""JAX lowering of Scan: for-loops by PyTensor's own lowering, while-loops (``until``) by ``lax.while_loop``.
+"""JAX lowering of Scan: for-loops by PyTensor's own lowering, while-loops (``until``) by a JAX while loop.
 
 A while-Scan runs at most ``n_steps`` iterations and stops after the first one
-whose ``until`` condition is true. With a step bound known while tracing the loop
-is Equinox's checkpointed while loop, so ``jax.grad`` of the lowered graph works
-(PyMC's JAX samplers need it); it does not support forward mode (jvp). Its traced outputs live in buffers of the
-size the graph declares (the outer buffers, or the nit-sot sizes), written at
-``(init + step) % size`` as PyTensor's own Scan does, so a buffer shortened by
-PyTensor's memory rewrites is a ring buffer. After the loop each buffer is
+whose ``until`` condition is true. With a step bound known while tracing, the
+loop is Equinox's checkpointed while loop, so ``jax.grad`` of the lowered graph
+works (PyMC's JAX samplers need it); it does not support forward mode (jvp).
+
+Its traced outputs live in buffers of the size the graph declares (the outer
+buffers, or the nit-sot sizes), written at ``(init + step) % size`` as
+PyTensor's own Scan does, so a buffer shortened by PyTensor's memory rewrites
+is a ring buffer. After the loop each buffer is
 rotated into PyTensor's order (oldest entry first).
 
 PyTensor trims a buffer that is longer than the states written to it down to
@@ -23,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from itertools import chain
 
-import jax
 import equinox.internal as eqxi
+import jax
 import jax.numpy as jnp
 from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.link.jax.dispatch.scan import jax_funcify_Scan as jax_funcify_for_scan
