@@ -52,6 +52,22 @@ def test_while_scan_mit_sot_nit_sot_and_kept_window(mode):
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)
+def test_while_scan_over_a_sequence_with_an_untraced_count(mode):
+    xs, limit = pt.vector("xs"), pt.scalar("limit")
+
+    def accumulate(x_t, total, count, limit):
+        new_total = total + x_t
+        return [new_total, count + 1], until(new_total > limit)
+
+    totals, counts = _scan(
+        accumulate, sequences=[xs], outputs_info=[pt.zeros(()), pt.zeros((), dtype="int64")], non_sequences=[limit]
+    )
+    values = [np.linspace(0.5, 3.0, 12), np.asarray(6.0)]
+    assert_matches_reference([xs, limit], [totals[-1], counts[-1]], values, mode)
+    assert_matches_reference([xs, limit], [totals, counts], values, "JAX_GPU")
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
 def test_nested_while_scans_and_while_scan_inside_ofg(mode):
     a = pt.vector("a")
 
