@@ -10,7 +10,7 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pytensor.compile.builders import OpFromGraph
-from pytensor.ifelse import ifelse
+from pytensor.conditional.op import ifelse
 from pytensor.scan.utils import until
 
 from gpubackend.dispatch.jax_scan import DataDependentLengthError
