@@ -1,0 +1,201 @@
+"""Run catalogue cases on backends and devices, producing a `Report`."""
+
+from __future__ import annotations
+
+import platform
+import re
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+
+import numpy as np
+import pytensor
+
+from gpubackend.conformance.backends import Backend, backend_device_pairs
+from gpubackend.conformance.catalogue import Case, CaseGraph, select_cases
+from gpubackend.conformance.checks import (
+    check_baked,
+    check_canonical_intact,
+    check_numerics,
+    check_resident,
+    check_rewrite_free,
+    error_summary,
+    host_copy,
+)
+from gpubackend.conformance.fingerprint import fingerprint
+from gpubackend.conformance.probe import CALL, RewriteFreeProbe
+from gpubackend.conformance.results import FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
+from gpubackend.devices import describe_device, is_simulated, resolve_device
+
+REFERENCE_MODE = "FAST_COMPILE"
+"""PyTensor's Python backend: the independent reference where a case has no closed form."""
+
+_UNSUPPORTED_MESSAGE = re.compile(
+    r"No JAX conversion|Dispatch not implemented|cannot yet be converted|not (yet )?implemented", re.IGNORECASE
+)
+_OBJECT_MODE_MESSAGE = re.compile(r"object mode", re.IGNORECASE)
+
+
+def is_unsupported(error: BaseException) -> bool:
+    """A lowering that does not exist, as opposed to one that breaks."""
+    return isinstance(error, NotImplementedError) or bool(_UNSUPPORTED_MESSAGE.search(str(error)))
+
+
+@dataclass
+class PreparedCase:
+    """A case's graph, built once and shared by every backend, with its reference values."""
+
+    case: Case
+    graph: CaseGraph | None
+    reference: list[np.ndarray] | None
+    error: str = ""
+
+
+def prepare(case: Case) -> PreparedCase:
+    try:
+        graph = case.build()
+        reference = graph.reference
+        if reference is None:
+            reference_fn = pytensor.function(graph.inputs, graph.outputs, mode=REFERENCE_MODE)
+            reference = host_copy(reference_fn(*graph.values))
+    except Exception as error:  # noqa: BLE001 - reported as the case's failure
+        return PreparedCase(case, None, None, f"building the case or its reference failed: {error_summary(error)}")
+    return PreparedCase(case, graph, [np.asarray(r) for r in reference])
+
+
+def run_on(prepared: PreparedCase, backend: Backend, device: str) -> CaseResult:
+    """Compile once on ``backend``/``device``, call twice, and run every check on that function."""
+    case = prepared.case
+    result = CaseResult(case.name, case.family, backend.name, device, FAIL, batch_axis=case.batch_axis)
+    started = time.perf_counter()
+    try:
+        if prepared.graph is None:
+            result.detail = prepared.error
+            return result
+        _compile_call_and_check(prepared, backend, device, result)
+        return result
+    finally:
+        result.seconds = round(time.perf_counter() - started, 3)
+
+
+def _compile_call_and_check(prepared: PreparedCase, backend: Backend, device: str, result: CaseResult) -> None:
+    case, graph = prepared.case, prepared.graph
+    before = fingerprint(graph.outputs)
+    probe = RewriteFreeProbe()
+    with warnings.catch_warnings(record=True) as caught, backend.device_scope(device):
+        warnings.simplefilter("always")
+        with probe.installed():
+            stage = "compile"
+            try:
+                mode = backend.make_mode(device)
+                fn = probe.compile(lambda: pytensor.function(graph.inputs, graph.outputs, mode=mode))
+                stage = "call"
+                with probe.phase(CALL):
+                    first = host_copy(fn(*graph.values))
+                    second_raw = fn(*graph.values)
+                    second = host_copy(second_raw)
+                    resident = check_resident(fn, graph, device, second_raw) if backend.device_resident else None
+            except Exception as error:  # noqa: BLE001 - classified and reported
+                result.status = UNSUPPORTED if is_unsupported(error) else FAIL
+                result.detail = f"{stage}: {error_summary(error)}"
+                result.checks = [CheckResult(stage, False, result.detail)]
+                return
+    numerics = check_numerics(graph, prepared.reference, [first, second])
+    result.checks = [
+        numerics,
+        check_canonical_intact(graph, before),
+        check_rewrite_free(probe),
+        check_baked(case, graph, fn, bakes_inplace=backend.name == "numba"),
+    ]
+    if resident is not None:
+        result.checks.append(resident)
+    object_mode = sorted({str(w.message).split(".")[0] for w in caught if _OBJECT_MODE_MESSAGE.search(str(w.message))})
+    if object_mode and numerics.ok:
+        result.status = OBJECT_MODE
+        result.detail = "; ".join(object_mode)
+    else:
+        result.status = PASS if all(check.ok for check in result.checks) else FAIL
+
+
+def _package_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def environment(devices: Iterable[str], label: str) -> dict:
+    described = {}
+    for spec in devices:
+        try:
+            device = resolve_device(spec)
+            described[spec] = {
+                "device": describe_device(device),
+                "kind": "simulated" if is_simulated(device) else "real",
+            }
+        except Exception as error:  # noqa: BLE001 - an absent device is reported, not fatal
+            described[spec] = {"device": error_summary(error), "kind": "missing"}
+    return {
+        "label": label,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        **{name: _package_version(name) for name in ("pytensor", "jax", "jaxlib", "numba", "numpy", "gpubackend")},
+        "floatX": pytensor.config.floatX,
+        "devices": described,
+    }
+
+
+def run_cases(
+    cases: Sequence[Case],
+    backends: Sequence[str],
+    devices: Sequence[str],
+    label: str = "",
+    progress: bool = True,
+) -> Report:
+    pairs = backend_device_pairs(backends, devices)
+    report = Report(environment(devices, label))
+    with _progress(progress, len(cases) * len(pairs)) as advance:
+        for case in cases:
+            prepared = prepare(case)
+            for backend, device in pairs:
+                advance(f"{case.name} · {backend.name} @ {device}")
+                result = run_on(prepared, backend, device)
+                result.runner = label
+                report.results.append(result)
+        advance("done")
+    return report
+
+
+def run_suite(
+    backends: Sequence[str],
+    devices: Sequence[str],
+    out_dir: str | None = None,
+    label: str = "",
+    cases: str | None = None,
+    generated: int = 0,
+    progress: bool = True,
+) -> Report:
+    """Run the catalogue (filtered by ``cases``) plus ``generated`` Hypothesis graphs; write reports to ``out_dir``."""
+    selected = select_cases(cases)
+    if generated:
+        from gpubackend.conformance.strategies import generated_cases
+
+        selected += generated_cases(generated)
+    report = run_cases(selected, backends, devices, label=label, progress=progress)
+    if out_dir is not None:
+        from gpubackend.conformance.reports import write_reports
+
+        write_reports(report, out_dir)
+    return report
+
+
+def _progress(enabled: bool, total: int):
+    """A context giving ``advance(description)``; a rich progress bar when enabled."""
+    if not enabled:
+        return nullcontext(lambda description: None)
+    from gpubackend.conformance.progress import progress_bar
+
+    return progress_bar(total)
