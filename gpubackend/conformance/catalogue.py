@@ -18,7 +18,7 @@ import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import vectorize_graph
-from pytensor.ifelse import ifelse
+from pytensor.conditional.op import ifelse
 from pytensor.scan import until
 from pytensor.scalar.loop import ScalarLoop
 from pytensor.tensor.elemwise import Elemwise

@@ -44,8 +44,9 @@ class CaseResult:
         return [check for check in self.checks if not check.ok]
 
     def summary_line(self) -> str:
-        problems = "; ".join(f"{check.name}: {check.detail}" for check in self.failed_checks)
-        return problems or self.detail or ", ".join(check.name for check in self.checks)
+        """One line: why the case is not passing (the status detail, then failing checks)."""
+        problems = [f"{check.name}: {check.detail}" for check in self.failed_checks if check.detail not in self.detail]
+        return "; ".join(filter(None, [self.detail, *problems])) or "all checks ok"
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CaseResult:

@@ -23,6 +23,7 @@ from gpubackend.conformance.checks import (
     check_resident,
     check_rewrite_free,
     error_summary,
+    guarded,
     host_copy,
 )
 from gpubackend.conformance.fingerprint import fingerprint
@@ -97,18 +98,22 @@ def _compile_call_and_check(prepared: PreparedCase, backend: Backend, device: st
                     first = host_copy(fn(*graph.values))
                     second_raw = fn(*graph.values)
                     second = host_copy(second_raw)
-                    resident = check_resident(fn, graph, device, second_raw) if backend.device_resident else None
+                    resident = (
+                        guarded("resident", lambda: check_resident(fn, graph, device, second_raw))
+                        if backend.device_resident
+                        else None
+                    )
             except Exception as error:  # noqa: BLE001 - classified and reported
                 result.status = UNSUPPORTED if is_unsupported(error) else FAIL
                 result.detail = f"{stage}: {error_summary(error)}"
-                result.checks = [CheckResult(stage, False, result.detail)]
+                result.checks = [CheckResult(stage, False, error_summary(error))]
                 return
-    numerics = check_numerics(graph, prepared.reference, [first, second])
+    numerics = guarded("numerics", lambda: check_numerics(graph, prepared.reference, [first, second]))
     result.checks = [
         numerics,
-        check_canonical_intact(graph, before),
+        guarded("canonical_intact", lambda: check_canonical_intact(graph, before)),
         check_rewrite_free(probe),
-        check_baked(case, graph, fn, bakes_inplace=backend.name == "numba"),
+        guarded("baked", lambda: check_baked(case, graph, fn, bakes_inplace=backend.name == "numba")),
     ]
     if resident is not None:
         result.checks.append(resident)

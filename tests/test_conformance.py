@@ -1,0 +1,42 @@
+"""The conformance catalogue under pytest: every case on NUMBA (cpu) and JAX_GPU (the test device).
+
+A case that fails fails its test with the failing checks' details. A case the
+backend cannot lower (unsupported) or runs in Numba object mode is reported as
+xfail with its status and reason, so ``-ra`` lists it: visible, never a pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+
+from gpubackend.conformance.backends import BACKENDS
+from gpubackend.conformance.catalogue import CATALOGUE
+from gpubackend.conformance.results import FAIL, PASS, CaseResult
+from gpubackend.conformance.runner import PreparedCase, prepare, run_on
+from gpubackend.devices import DEVICE_ENV_VAR
+
+TEST_DEVICE = os.environ.get(DEVICE_ENV_VAR, "cpu:1")
+BACKEND_DEVICES = [("numba", "cpu"), ("jax", TEST_DEVICE)]
+
+
+@functools.cache
+def prepared(case_name: str) -> PreparedCase:
+    """Each case's graph and reference, built once and shared by both backends."""
+    return prepare(CATALOGUE[case_name])
+
+
+def assert_conformant(result: CaseResult) -> None:
+    if result.status == FAIL:
+        checks = "\n".join(f"  {c.name}: {'ok' if c.ok else 'FAILED'} - {c.detail}" for c in result.checks)
+        pytest.fail(f"{result.case} on {result.column} fails:\n{result.detail}\n{checks}", pytrace=False)
+    if result.status != PASS:
+        pytest.xfail(f"{result.status}: {result.summary_line()}")
+
+
+@pytest.mark.parametrize(("backend", "device"), BACKEND_DEVICES, ids=[f"{b}@{d}" for b, d in BACKEND_DEVICES])
+@pytest.mark.parametrize("case_name", list(CATALOGUE))
+def test_case_conforms(case_name: str, backend: str, device: str) -> None:
+    assert_conformant(run_on(prepared(case_name), BACKENDS[backend], device))
