@@ -161,7 +161,7 @@ def case_scan_while_until() -> CaseGraph:
     return CaseGraph([x0, limit], [xs], [x0_v, limit_v], [np.asarray(expected)])
 
 
-@register_case("scan", batch_axis=0)
+@register_case("scan", batch_axis=0, inplace_opportunity=True)
 def case_scan_nested() -> CaseGraph:
     xs = pt.matrix("xs")
 
@@ -211,7 +211,7 @@ def case_ofg_basic() -> CaseGraph:
     return CaseGraph([x, y], [out], [x_v, y_v], [x_v * y_v + np.exp(x_v)])
 
 
-@register_case("ofg", batch_axis=0)
+@register_case("ofg", batch_axis=0, inplace_opportunity=True)
 def case_ofg_nested() -> CaseGraph:
     a, b = pt.vector("a"), pt.vector("b")
     inner = _affine_ofg("inner")
@@ -388,7 +388,7 @@ def case_minimize_blockwise() -> CaseGraph:
 # --- Mixtures -------------------------------------------------------------------
 
 
-@register_case("mixture", batch_axis=1)
+@register_case("mixture", batch_axis=1, inplace_opportunity=True)
 def case_scan_in_ofg() -> CaseGraph:
     seq, start = pt.matrix("seq"), pt.vector("start")
     running = _scan(lambda x_t, acc: acc + pt.sin(x_t), sequences=[seq], outputs_info=[start])
