@@ -89,3 +89,9 @@ def test_cli_runs_writes_every_report_and_merges(tmp_path, capsys):
     columns = load_report(merged / "conformance.json").columns()
     assert columns == [f"cpu-leg jax @ {JAX_DEVICE}", "bad jax @ cpu:1"]
     assert Path(merged / "conformance.html").exists()
+
+
+def test_cli_names_a_missing_device_instead_of_failing_every_case(tmp_path, capsys):
+    assert main(["--backend", "jax", "--device", "cpu:7", "--out", str(tmp_path), "--no-progress"]) == 2
+    assert "cpu:7" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -10,6 +10,7 @@ from rich.console import Console
 from gpubackend.conformance.backends import BACKENDS
 from gpubackend.conformance.reports import load_report, merge_reports, write_reports
 from gpubackend.conformance.results import STATUSES, Report
+from gpubackend.devices import DeviceNotFoundError
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -58,14 +59,18 @@ def main(argv: list[str]) -> int:
         from gpubackend.conformance.runner import run_suite
 
         args = _run_parser().parse_args(argv)
-        report = run_suite(
-            args.backend,
-            args.device,
-            label=args.label,
-            cases=args.cases,
-            generated=args.generated,
-            progress=not args.no_progress,
-        )
+        try:
+            report = run_suite(
+                args.backend,
+                args.device,
+                label=args.label,
+                cases=args.cases,
+                generated=args.generated,
+                progress=not args.no_progress,
+            )
+        except (DeviceNotFoundError, ValueError) as error:
+            console.print(f"[red]conformance: {error}[/red]")
+            return 2
         paths = write_reports(report, args.out)
     _print_summary(report, paths, console)
     return 1 if report.failed else 0

@@ -168,6 +168,9 @@ def run_cases(
     progress: bool = True,
 ) -> Report:
     pairs = backend_device_pairs(backends, devices)
+    for backend, device in pairs:
+        if not backend.host_only:
+            resolve_device(device)  # a missing device is one clear error, not a column of failures
     report = Report(environment(devices, label))
     with _progress(progress, len(cases) * len(pairs)) as advance:
         for case in cases:
