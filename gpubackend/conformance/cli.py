@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 from gpubackend.conformance.backends import BACKENDS
 from gpubackend.conformance.reports import load_report, merge_reports, write_reports
@@ -41,11 +42,12 @@ def _merge_parser() -> argparse.ArgumentParser:
 def _print_summary(report: Report, paths: dict, console: Console) -> None:
     for column, counts in report.summary()["per_column"].items():
         parts = ", ".join(f"{counts[status]} {status}" for status in STATUSES)
-        console.print(f"[bold]{column}[/bold]: {parts}")
+        console.print(f"[bold]{escape(column)}[/bold]: {parts}")
     for result in report.results:
         if result.status != "pass":
             colour = "red" if result.status == "fail" else "yellow"
-            console.print(f"  [{colour}]{result.status}[/{colour}] {result.case} on {result.column}: {result.summary_line()}")
+            line = escape(f"{result.case} on {result.column}: {result.summary_line()}")
+            console.print(f"  [{colour}]{result.status}[/{colour}] {line}")
     console.print("reports: " + ", ".join(str(path) for path in paths.values()))
 
 
@@ -69,7 +71,7 @@ def main(argv: list[str]) -> int:
                 progress=not args.no_progress,
             )
         except (DeviceNotFoundError, ValueError) as error:
-            console.print(f"[red]conformance: {error}[/red]")
+            console.print(f"[red]conformance: {escape(str(error))}[/red]")
             return 2
         paths = write_reports(report, args.out)
     _print_summary(report, paths, console)
