@@ -6,6 +6,7 @@ through the same runner as the catalogue, and restores the dispatch afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,7 +22,7 @@ from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.link.numba.dispatch.basic import numba_funcify, numba_funcify_and_cache_key
 
-from gpubackend.conformance.backends import BACKENDS, Backend
+from gpubackend.conformance.backends import BACKENDS
 from gpubackend.conformance.catalogue import Case, CaseGraph
 from gpubackend.conformance.probe import CALL, LINK, RewriteFreeProbe
 from gpubackend.conformance.results import FAIL
@@ -131,9 +132,7 @@ def test_numba_baked_check_fails_when_promised_inplace_is_not_baked():
 
 
 def test_resident_check_fails_for_a_backend_that_transfers_on_every_call():
-    stock_claiming_residency = Backend(
-        "jax-stock", BACKENDS["jax-stock"].make_mode, False, True, BACKENDS["jax-stock"].device_scope
-    )
+    stock_claiming_residency = dataclasses.replace(BACKENDS["jax-stock"], device_resident=True)
     result = run_on(prepare(ofg_case(OpFromGraph, "stock_transfers")), stock_claiming_residency, JAX_DEVICE)
     assert failed_check_names(result) == {"resident"}
 

@@ -22,6 +22,8 @@ class Backend:
     """Runs on the host whatever the device string; paired once with ``cpu``."""
     device_resident: bool
     """Outputs must stay on the target device, and warm calls must not transfer."""
+    bakes_inplace: bool
+    """Its baking rules destroy internal buffers of inner graphs (checked by ``baked``)."""
     device_scope: Callable[[str], ContextManager]
 
 
@@ -34,10 +36,10 @@ def _default_device_scope(device: str) -> ContextManager:
 
 
 BACKENDS: dict[str, Backend] = {
-    "numba": Backend("numba", lambda device: get_mode("NUMBA"), True, False, _no_scope),
-    "jax": Backend("jax", jax_gpu_mode, False, True, _no_scope),
+    "numba": Backend("numba", lambda device: get_mode("NUMBA"), True, False, True, _no_scope),
+    "jax": Backend("jax", jax_gpu_mode, False, True, False, _no_scope),
     # Stock PyTensor JAX mode on the same device: the baseline reports can compare against.
-    "jax-stock": Backend("jax-stock", lambda device: get_mode("JAX"), False, False, _default_device_scope),
+    "jax-stock": Backend("jax-stock", lambda device: get_mode("JAX"), False, False, False, _default_device_scope),
 }
 
 HOST_DEVICE = "cpu"

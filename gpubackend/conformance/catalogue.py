@@ -49,7 +49,6 @@ class Case:
     build: Callable[[], CaseGraph] = field(repr=False, compare=False)
     batch_axis: int | None = None
     inplace_opportunity: bool = False
-    tags: tuple[str, ...] = ()
 
 
 CATALOGUE: dict[str, Case] = {}

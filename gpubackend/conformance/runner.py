@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import platform
 import re
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 import pytensor
@@ -31,7 +29,8 @@ from gpubackend.conformance.checks import (
 from gpubackend.conformance.fingerprint import fingerprint
 from gpubackend.conformance.probe import CALL, RewriteFreeProbe
 from gpubackend.conformance.results import FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
-from gpubackend.devices import describe_device, is_simulated, resolve_device
+from gpubackend.conformance.environment import environment
+from gpubackend.devices import resolve_device
 
 REFERENCE_MODE = "FAST_COMPILE"
 """PyTensor's Python backend: the independent reference where a case has no closed form."""
@@ -120,7 +119,7 @@ def _compile_call_and_check(prepared: PreparedCase, backend: Backend, device: st
         numerics,
         guarded("canonical_intact", lambda: check_canonical_intact(graph, before)),
         check_rewrite_free(probe),
-        guarded("baked", lambda: check_baked(case, graph, fn, bakes_inplace=backend.name == "numba")),
+        guarded("baked", lambda: check_baked(case, graph, fn, bakes_inplace=backend.bakes_inplace)),
     ]
     if resident is not None:
         result.checks.append(resident)
@@ -130,34 +129,6 @@ def _compile_call_and_check(prepared: PreparedCase, backend: Backend, device: st
         result.detail = "; ".join(object_mode)
     else:
         result.status = PASS if all(check.ok for check in result.checks) else FAIL
-
-
-def _package_version(name: str) -> str:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "not installed"
-
-
-def environment(devices: Iterable[str], label: str) -> dict:
-    described = {}
-    for spec in devices:
-        try:
-            device = resolve_device(spec)
-            described[spec] = {
-                "device": describe_device(device),
-                "kind": "simulated" if is_simulated(device) else "real",
-            }
-        except Exception as error:  # noqa: BLE001 - an absent device is reported, not fatal
-            described[spec] = {"device": error_summary(error), "kind": "missing"}
-    return {
-        "label": label,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        **{name: _package_version(name) for name in ("pytensor", "jax", "jaxlib", "numba", "numpy", "gpubackend")},
-        "floatX": pytensor.config.floatX,
-        "devices": described,
-    }
 
 
 def run_cases(
