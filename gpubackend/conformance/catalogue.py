@@ -144,20 +144,36 @@ def case_scan_grad_mit_mot() -> CaseGraph:
     return CaseGraph([xs, h0, w], grads, [_floats(rng, 5, 3), _floats(rng, 3), np.asarray(0.7)])
 
 
-@register_case("scan")
-def case_scan_while_until() -> CaseGraph:
-    x0, limit = pt.scalar("x0"), pt.scalar("limit")
-
+def _doubling_until(x0: Variable, limit: Variable) -> Variable:
     def double_until(x, limit):
         doubled = x * 2
         return doubled, until(doubled > limit)
 
-    xs = _scan(double_until, outputs_info=[x0], non_sequences=[limit], n_steps=50)
+    return _scan(double_until, outputs_info=[x0], non_sequences=[limit], n_steps=50)
+
+
+def _doubling_reference(x0: float, limit: float) -> np.ndarray:
+    trace = [x0 * 2]
+    while trace[-1] <= limit:
+        trace.append(trace[-1] * 2)
+    return np.asarray(trace)
+
+
+@register_case("scan")
+def case_scan_while_until() -> CaseGraph:
+    x0, limit = pt.scalar("x0"), pt.scalar("limit")
     x0_v, limit_v = np.asarray(0.3), np.asarray(10.0)
-    expected = [x0_v * 2]
-    while expected[-1] <= limit_v:
-        expected.append(expected[-1] * 2)
-    return CaseGraph([x0, limit], [xs], [x0_v, limit_v], [np.asarray(expected)])
+    return CaseGraph([x0, limit], [_doubling_until(x0, limit)], [x0_v, limit_v], [_doubling_reference(0.3, 10.0)])
+
+
+@register_case("scan")
+def case_scan_while_last_value() -> CaseGraph:
+    # Only the final state leaves the loop, so its shape does not depend on the step count.
+    x0, limit = pt.scalar("x0"), pt.scalar("limit")
+    x0_v, limit_v = np.asarray(0.3), np.asarray(10.0)
+    return CaseGraph(
+        [x0, limit], [_doubling_until(x0, limit)[-1]], [x0_v, limit_v], [_doubling_reference(0.3, 10.0)[-1]]
+    )
 
 
 @register_case("scan", batch_axis=0, inplace_opportunity=True)
