@@ -322,7 +322,8 @@ def case_scalar_loop_for() -> CaseGraph:
     expected = x0_v.copy()
     for _ in range(7):
         expected = expected * r_v + 1.0
-    return CaseGraph([n_steps, x0, r], [Elemwise(loop)(n_steps, x0, r)], [np.asarray(7, dtype="int64"), x0_v, r_v], [expected])
+    values = [np.asarray(7, dtype="int64"), x0_v, r_v]
+    return CaseGraph([n_steps, x0, r], [Elemwise(loop)(n_steps, x0, r)], values, [expected])
 
 
 @register_case("scalar_loop", batch_axis=0)
@@ -340,9 +341,8 @@ def case_scalar_loop_while() -> CaseGraph:
             if value > 10.0:
                 break
         expected_final.append(value)
-    return CaseGraph(
-        [n_steps, x0], [final, done], [np.asarray(50, dtype="int64"), x0_v], [np.asarray(expected_final), np.ones(4, bool)]
-    )
+    values = [np.asarray(50, dtype="int64"), x0_v]
+    return CaseGraph([n_steps, x0], [final, done], values, [np.asarray(expected_final), np.ones(4, bool)])
 
 
 @register_case("scalar_loop", batch_axis=0)
@@ -355,49 +355,55 @@ def case_gammainc_grad_k() -> CaseGraph:
 # --- Optimize ops ---------------------------------------------------------------
 
 
-def _solution_and_parameter_grad(solution: Variable, parameter: Variable) -> list[Variable]:
-    return [solution, pytensor.grad(solution.sum(), parameter)]
+def _solution_success_and_parameter_grad(
+    solution: Variable, success: Variable, parameter: Variable
+) -> list[Variable]:
+    return [solution, success, pytensor.grad(solution.sum(), parameter)]
 
 
 @register_case("optimize")
 def case_minimize_grad() -> CaseGraph:
     x, a = pt.vector("x"), pt.vector("a")
     objective = ((x - a) ** 2).sum() + 0.1 * (x**4).sum()
-    solution, _success = minimize(objective, x, method="BFGS", optimizer_kwargs={"tol": 1e-10})
-    return CaseGraph([x, a], _solution_and_parameter_grad(solution, a), [np.zeros(3), np.array([0.5, -1.0, 2.0])], rtol=1e-4, atol=1e-6)
+    solution, success = minimize(objective, x, method="BFGS", optimizer_kwargs={"tol": 1e-8})
+    outputs = _solution_success_and_parameter_grad(solution, success, a)
+    return CaseGraph([x, a], outputs, [np.zeros(3), np.array([0.5, -1.0, 2.0])], rtol=1e-4, atol=1e-6)
 
 
 @register_case("optimize")
 def case_root_grad() -> CaseGraph:
     x, a = pt.vector("x"), pt.vector("a")
     equations = x**3 + x - a
-    solution, _success = root(equations, x, method="hybr", optimizer_kwargs={"tol": 1e-12})
-    return CaseGraph([x, a], _solution_and_parameter_grad(solution, a), [np.zeros(3), np.array([0.5, -1.0, 2.0])], rtol=1e-4, atol=1e-6)
+    solution, success = root(equations, x, method="hybr", optimizer_kwargs={"tol": 1e-12})
+    outputs = _solution_success_and_parameter_grad(solution, success, a)
+    return CaseGraph([x, a], outputs, [np.zeros(3), np.array([0.5, -1.0, 2.0])], rtol=1e-4, atol=1e-6)
 
 
 @register_case("optimize")
 def case_minimize_scalar_grad() -> CaseGraph:
     x, a = pt.scalar("x"), pt.scalar("a")
     objective = (x - a) ** 2 + 0.1 * x**4
-    solution, _success = minimize_scalar(objective, x, method="brent", optimizer_kwargs={"tol": 1e-12})
-    return CaseGraph([x, a], _solution_and_parameter_grad(solution, a), [np.asarray(0.0), np.asarray(1.5)], rtol=1e-4, atol=1e-6)
+    solution, success = minimize_scalar(objective, x, method="brent", optimizer_kwargs={"tol": 1e-12})
+    outputs = _solution_success_and_parameter_grad(solution, success, a)
+    return CaseGraph([x, a], outputs, [np.asarray(0.0), np.asarray(1.5)], rtol=1e-4, atol=1e-6)
 
 
 @register_case("optimize")
 def case_root_scalar_grad() -> CaseGraph:
     x, a = pt.scalar("x"), pt.scalar("a")
-    solution, _success = root_scalar(x**3 + x - a, x, method="newton")
-    return CaseGraph([x, a], _solution_and_parameter_grad(solution, a), [np.asarray(0.5), np.asarray(2.0)], rtol=1e-4, atol=1e-6)
+    solution, success = root_scalar(x**3 + x - a, x, method="newton")
+    outputs = _solution_success_and_parameter_grad(solution, success, a)
+    return CaseGraph([x, a], outputs, [np.asarray(0.5), np.asarray(2.0)], rtol=1e-4, atol=1e-6)
 
 
 @register_case("optimize", batch_axis=0)
 def case_minimize_blockwise() -> CaseGraph:
     x, a = pt.vector("x"), pt.vector("a")
-    solution, _success = minimize(((x - a) ** 2).sum() + 0.1 * (x**4).sum(), x, method="BFGS")
+    solution, success = minimize(((x - a) ** 2).sum() + 0.1 * (x**4).sum(), x, method="BFGS")
     xb, ab = pt.matrix("xb"), pt.matrix("ab")
-    batched = vectorize_graph(solution, {x: xb, a: ab})
+    batched = vectorize_graph([solution, success], {x: xb, a: ab})
     a_v = np.array([[0.5, -1.0], [2.0, 0.1], [-0.3, 1.2]])
-    return CaseGraph([xb, ab], [batched], [np.zeros((3, 2)), a_v], rtol=1e-4, atol=1e-6)
+    return CaseGraph([xb, ab], batched, [np.zeros((3, 2)), a_v], rtol=1e-4, atol=1e-6)
 
 
 # --- Mixtures -------------------------------------------------------------------
@@ -429,11 +435,13 @@ def case_minimize_in_scan() -> CaseGraph:
     targets, x0 = pt.vector("targets"), pt.scalar("x0")
 
     def argmin_for(target, x):
-        solution, _success = minimize_scalar((x - target) ** 2 + 0.1 * x**4, x, method="brent")
-        return solution
+        solution, success = minimize_scalar((x - target) ** 2 + 0.1 * x**4, x, method="brent")
+        # `success` is a ScalarType; a Scan output must be a tensor.
+        return solution, pt.as_tensor_variable(success)
 
-    solutions = _scan(argmin_for, sequences=[targets], non_sequences=[x0])
-    return CaseGraph([targets, x0], [solutions], [np.array([0.5, -1.0, 2.0]), np.asarray(0.0)], rtol=1e-4, atol=1e-6)
+    solutions, successes = _scan(argmin_for, sequences=[targets], non_sequences=[x0])
+    values = [np.array([0.5, -1.0, 2.0]), np.asarray(0.0)]
+    return CaseGraph([targets, x0], [solutions, successes], values, rtol=1e-4, atol=1e-6)
 
 
 @register_case("mixture")

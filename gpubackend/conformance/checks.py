@@ -33,7 +33,10 @@ def check_numerics(graph: CaseGraph, reference: Sequence[np.ndarray], calls: Seq
                 return CheckResult("numerics", False, f"{where}: dtype {got.dtype}, expected {expected.dtype}")
             if got.shape != expected.shape:
                 return CheckResult("numerics", False, f"{where}: shape {got.shape}, expected {expected.shape}")
-            if not np.allclose(got, expected, rtol=graph.rtol, atol=graph.atol, equal_nan=True):
+            if expected.dtype.kind in "biu":
+                if not np.array_equal(got, expected):
+                    return CheckResult("numerics", False, f"{where}: {got.tolist()}, expected {expected.tolist()}")
+            elif not np.allclose(got, expected, rtol=graph.rtol, atol=graph.atol, equal_nan=True):
                 error = np.max(np.abs(got.astype(float) - expected.astype(float)))
                 return CheckResult("numerics", False, f"{where}: max abs error {error:.3g} (rtol {graph.rtol})")
     return CheckResult("numerics", True, f"{len(reference)} outputs match the reference over {len(calls)} calls")

@@ -11,8 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 @contextmanager
 def progress_bar(total: int) -> Iterator[Callable[[str], None]]:
     """Yield ``advance(description)``: mark the previous step done and show the next one."""
-    columns = (TextColumn("conformance"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"))
-    with Progress(*columns, transient=False) as progress:
+    columns = (TextColumn("conformance"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, TextColumn("{task.description}")) as progress:
         task = progress.add_task("", total=total)
         started = False
 

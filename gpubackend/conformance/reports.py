@@ -145,6 +145,7 @@ def _html_cell(result: CaseResult) -> str:
             items += f"<li>{esc(result.detail)}</li>"
         lines.append(f"<ul class='detail'>{items}</ul>")
     all_checks = "".join(f"<li>{'✔' if c.ok else '✘'} {esc(c.name)}: {esc(c.detail)}</li>" for c in result.checks)
-    lines.append(f"<details class='detail'><summary>checks ({result.seconds:.1f} s)</summary><ul>{all_checks}</ul></details>")
+    summary = f"<summary>checks ({result.seconds:.1f} s)</summary>"
+    lines.append(f"<details class='detail'>{summary}<ul>{all_checks}</ul></details>")
     return f"<td class='{esc(result.status)}'>{''.join(lines)}</td>"
 
