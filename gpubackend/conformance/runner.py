@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 import time
 import warnings
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,10 +26,12 @@ from gpubackend.conformance.checks import (
     guarded,
     host_copy,
 )
+from gpubackend.conformance.environment import environment
 from gpubackend.conformance.fingerprint import fingerprint
 from gpubackend.conformance.probe import CALL, RewriteFreeProbe
+from gpubackend.conformance.progress import progress_bar
+from gpubackend.conformance.reports import write_reports
 from gpubackend.conformance.results import FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
-from gpubackend.conformance.environment import environment
 from gpubackend.devices import resolve_device
 
 REFERENCE_MODE = "FAST_COMPILE"
@@ -123,7 +125,7 @@ def _compile_call_and_check(prepared: PreparedCase, backend: Backend, device: st
     ]
     if resident is not None:
         result.checks.append(resident)
-    object_mode = sorted({str(w.message).split(".")[0] for w in caught if _OBJECT_MODE_MESSAGE.search(str(w.message))})
+    object_mode = sorted({str(w.message).split(". ")[0] for w in caught if _OBJECT_MODE_MESSAGE.search(str(w.message))})
     if object_mode and numerics.ok:
         result.status = OBJECT_MODE
         result.detail = "; ".join(object_mode)
@@ -167,21 +169,16 @@ def run_suite(
     """Run the catalogue (filtered by ``cases``) plus ``generated`` Hypothesis graphs; write reports to ``out_dir``."""
     selected = select_cases(cases)
     if generated:
+        # Hypothesis is imported only when graphs are generated.
         from gpubackend.conformance.strategies import generated_cases
 
         selected += generated_cases(generated)
     report = run_cases(selected, backends, devices, label=label, progress=progress)
     if out_dir is not None:
-        from gpubackend.conformance.reports import write_reports
-
         write_reports(report, out_dir)
     return report
 
 
-def _progress(enabled: bool, total: int):
+def _progress(enabled: bool, total: int) -> AbstractContextManager[Callable[[str], None]]:
     """A context giving ``advance(description)``; a rich progress bar when enabled."""
-    if not enabled:
-        return nullcontext(lambda description: None)
-    from gpubackend.conformance.progress import progress_bar
-
-    return progress_bar(total)
+    return progress_bar(total) if enabled else nullcontext(lambda description: None)
