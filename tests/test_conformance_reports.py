@@ -72,6 +72,12 @@ def test_merge_labels_columns_by_runner(report, tmp_path):
     assert [env["label"] for env in merged.environment["merged_from"]] == ["leg", "gpu-leg"]
 
 
+def test_merge_keeps_unlabelled_runners_apart():
+    first = Report({}, [_result("a_case", PASS, runner="")])
+    second = Report({}, [_result("a_case", FAIL, runner="")])
+    assert merge_reports([first, second]).columns() == ["runner1 jax @ cpu:1", "runner2 jax @ cpu:1"]
+
+
 def test_cli_runs_writes_every_report_and_merges(tmp_path, capsys):
     leg = tmp_path / "leg"
     argv = ["--backend", "jax", "--device", JAX_DEVICE, "--cases", "ofg_basic", "--out", str(leg)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import xml.etree.ElementTree as ET
@@ -38,9 +39,13 @@ def load_report(path: str | Path) -> Report:
 
 
 def merge_reports(reports: Sequence[Report]) -> Report:
-    """One matrix from several runners; each runner's columns keep its label."""
+    """One matrix from several runners; each runner's columns keep its label (``runnerN`` when it had none)."""
     environment = {"merged_from": [report.environment for report in reports]}
-    return Report(environment, [result for report in reports for result in report.results])
+    merged = Report(environment)
+    for index, report in enumerate(reports, start=1):
+        for result in report.results:
+            merged.results.append(dataclasses.replace(result, runner=result.runner or f"runner{index}"))
+    return merged
 
 
 def _matrix(report: Report) -> tuple[list[str], list[str], dict[tuple[str, str], CaseResult]]:
