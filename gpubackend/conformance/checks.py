@@ -119,7 +119,7 @@ def check_resident(fn: Function, graph: CaseGraph, device_spec: str, outputs: Se
 
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:200] if text else ''}"
+    return f"{type(error).__name__}: {text[0][:400] if text else ''}"
 
 
 def error_summary(error: BaseException) -> str:

@@ -91,6 +91,10 @@ def _environment_lines(environment: dict) -> list[str]:
     return lines
 
 
+def _counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{count} {status}" for status, count in counts.items() if count)
+
+
 def to_markdown(report: Report) -> str:
     cases, columns, cells = _matrix(report)
     lines = ["# gpubackend conformance", ""]
@@ -101,6 +105,8 @@ def to_markdown(report: Report) -> str:
     for case in cases:
         row = [_STATUS_MARK[cells[(case, c)].status] if (case, c) in cells else "—" for c in columns]
         lines.append(f"| {case} | " + " | ".join(row) + " |")
+    per_column = report.summary()["per_column"]
+    lines.append("| **total** | " + " | ".join(_counts_text(per_column[c]) for c in columns) + " |")
     details = [result for result in report.results if result.status != PASS]
     if details:
         lines += ["", "## Not passing", ""]
@@ -136,7 +142,9 @@ def to_html(report: Report) -> str:
             result = cells.get((case, column))
             parts.append("<td>—</td>" if result is None else _html_cell(result))
         parts.append("</tr>")
-    parts.append("</table></body></html>")
+    per_column = report.summary()["per_column"]
+    totals = "".join(f"<td>{esc(_counts_text(per_column[column]))}</td>" for column in columns)
+    parts.append(f"<tr><th>total</th>{totals}</tr></table></body></html>")
     return "".join(parts)
 
 
@@ -144,10 +152,9 @@ def _html_cell(result: CaseResult) -> str:
     esc = html.escape
     lines = [f"<b>{esc(result.status)}</b>"]
     if result.status != PASS:
-        shown = result.failed_checks or []
-        items = "".join(f"<li><b>{esc(c.name)}</b>: {esc(c.detail)}</li>" for c in shown)
-        if result.detail:
-            items += f"<li>{esc(result.detail)}</li>"
+        shown = [check for check in result.failed_checks if check.detail not in result.detail]
+        items = f"<li>{esc(result.detail)}</li>" if result.detail else ""
+        items += "".join(f"<li><b>{esc(c.name)}</b>: {esc(c.detail)}</li>" for c in shown)
         lines.append(f"<ul class='detail'>{items}</ul>")
     all_checks = "".join(f"<li>{'✔' if c.ok else '✘'} {esc(c.name)}: {esc(c.detail)}</li>" for c in result.checks)
     summary = f"<summary>checks ({result.seconds:.1f} s)</summary>"
