@@ -355,55 +355,56 @@ def case_gammainc_grad_k() -> CaseGraph:
 # --- Optimize ops ---------------------------------------------------------------
 
 
-def _solution_success_and_parameter_grad(
-    solution: Variable, success: Variable, parameter: Variable
-) -> list[Variable]:
-    return [solution, success, pytensor.grad(solution.sum(), parameter)]
+SOLVER_TOLERANCE = {"rtol": 1e-4, "atol": 1e-6}
+
+
+def _quartic_objective(x: Variable, a: Variable) -> Variable:
+    """Smooth, strictly convex, minimum near ``a``; no closed form, so scipy is the reference."""
+    return ((x - a) ** 2).sum() + 0.1 * (x**4).sum()
+
+
+def _solver_case(x: Variable, a: Variable, solved: tuple[Variable, Variable], values: list) -> CaseGraph:
+    """Outputs: the solution, its success flag, and the solution's gradient with respect to ``a``."""
+    solution, success = solved
+    outputs = [solution, success, pytensor.grad(solution.sum(), a)]
+    return CaseGraph([x, a], outputs, [np.asarray(v, dtype=float) for v in values], **SOLVER_TOLERANCE)
 
 
 @register_case("optimize")
 def case_minimize_grad() -> CaseGraph:
     x, a = pt.vector("x"), pt.vector("a")
-    objective = ((x - a) ** 2).sum() + 0.1 * (x**4).sum()
-    solution, success = minimize(objective, x, method="BFGS", optimizer_kwargs={"tol": 1e-8})
-    outputs = _solution_success_and_parameter_grad(solution, success, a)
-    return CaseGraph([x, a], outputs, [np.zeros(3), np.array([0.5, -1.0, 2.0])], rtol=1e-4, atol=1e-6)
+    solved = minimize(_quartic_objective(x, a), x, method="BFGS", optimizer_kwargs={"tol": 1e-8})
+    return _solver_case(x, a, solved, [np.zeros(3), [0.5, -1.0, 2.0]])
 
 
 @register_case("optimize")
 def case_root_grad() -> CaseGraph:
     x, a = pt.vector("x"), pt.vector("a")
-    equations = x**3 + x - a
-    solution, success = root(equations, x, method="hybr", optimizer_kwargs={"tol": 1e-12})
-    outputs = _solution_success_and_parameter_grad(solution, success, a)
-    return CaseGraph([x, a], outputs, [np.zeros(3), np.array([0.5, -1.0, 2.0])], rtol=1e-4, atol=1e-6)
+    solved = root(x**3 + x - a, x, method="hybr", optimizer_kwargs={"tol": 1e-12})
+    return _solver_case(x, a, solved, [np.zeros(3), [0.5, -1.0, 2.0]])
 
 
 @register_case("optimize")
 def case_minimize_scalar_grad() -> CaseGraph:
     x, a = pt.scalar("x"), pt.scalar("a")
-    objective = (x - a) ** 2 + 0.1 * x**4
-    solution, success = minimize_scalar(objective, x, method="brent", optimizer_kwargs={"tol": 1e-12})
-    outputs = _solution_success_and_parameter_grad(solution, success, a)
-    return CaseGraph([x, a], outputs, [np.asarray(0.0), np.asarray(1.5)], rtol=1e-4, atol=1e-6)
+    solved = minimize_scalar(_quartic_objective(x, a), x, method="brent", optimizer_kwargs={"tol": 1e-12})
+    return _solver_case(x, a, solved, [0.0, 1.5])
 
 
 @register_case("optimize")
 def case_root_scalar_grad() -> CaseGraph:
     x, a = pt.scalar("x"), pt.scalar("a")
-    solution, success = root_scalar(x**3 + x - a, x, method="newton")
-    outputs = _solution_success_and_parameter_grad(solution, success, a)
-    return CaseGraph([x, a], outputs, [np.asarray(0.5), np.asarray(2.0)], rtol=1e-4, atol=1e-6)
+    return _solver_case(x, a, root_scalar(x**3 + x - a, x, method="newton"), [0.5, 2.0])
 
 
 @register_case("optimize", batch_axis=0)
 def case_minimize_blockwise() -> CaseGraph:
     x, a = pt.vector("x"), pt.vector("a")
-    solution, success = minimize(((x - a) ** 2).sum() + 0.1 * (x**4).sum(), x, method="BFGS")
+    solution, success = minimize(_quartic_objective(x, a), x, method="BFGS")
     xb, ab = pt.matrix("xb"), pt.matrix("ab")
     batched = vectorize_graph([solution, success], {x: xb, a: ab})
     a_v = np.array([[0.5, -1.0], [2.0, 0.1], [-0.3, 1.2]])
-    return CaseGraph([xb, ab], batched, [np.zeros((3, 2)), a_v], rtol=1e-4, atol=1e-6)
+    return CaseGraph([xb, ab], batched, [np.zeros((3, 2)), a_v], **SOLVER_TOLERANCE)
 
 
 # --- Mixtures -------------------------------------------------------------------
@@ -435,13 +436,13 @@ def case_minimize_in_scan() -> CaseGraph:
     targets, x0 = pt.vector("targets"), pt.scalar("x0")
 
     def argmin_for(target, x):
-        solution, success = minimize_scalar((x - target) ** 2 + 0.1 * x**4, x, method="brent")
+        solution, success = minimize_scalar(_quartic_objective(x, target), x, method="brent")
         # `success` is a ScalarType; a Scan output must be a tensor.
         return solution, pt.as_tensor_variable(success)
 
     solutions, successes = _scan(argmin_for, sequences=[targets], non_sequences=[x0])
     values = [np.array([0.5, -1.0, 2.0]), np.asarray(0.0)]
-    return CaseGraph([targets, x0], [solutions, successes], values, rtol=1e-4, atol=1e-6)
+    return CaseGraph([targets, x0], [solutions, successes], values, **SOLVER_TOLERANCE)
 
 
 @register_case("mixture")
