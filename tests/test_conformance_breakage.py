@@ -62,7 +62,23 @@ def failed_check_names(result) -> set[str]:
     return {check.name for check in result.checks if not check.ok}
 
 
-def test_a_lowering_that_mutates_the_canonical_graph_fails_canonical_intact():
+def _nested_ofg_case(inner_type: type[OpFromGraph]) -> Case:
+    """``inner_type`` inside a plain OpFromGraph: reachable only through an inner graph."""
+
+    def build() -> CaseGraph:
+        a, b = pt.vector("a"), pt.vector("b")
+        inner = inner_type([a, b], [a * b], inline=False)
+        c, d = pt.vector("c"), pt.vector("d")
+        outer = OpFromGraph([c, d], [inner(c, d) - d], inline=False)
+        x, y = pt.vector("x"), pt.vector("y")
+        x_v, y_v = np.arange(3.0), np.linspace(1.0, 2.0, 3)
+        return CaseGraph([x, y], [outer(x, y)], [x_v, y_v], [x_v * y_v - y_v])
+
+    return Case("nested_mutated_ofg", "breakage", build)
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["top-level", "nested"])
+def test_a_lowering_that_mutates_the_canonical_graph_fails_canonical_intact(nested):
     class MutatedOFG(OpFromGraph):
         pass
 
@@ -76,8 +92,9 @@ def test_a_lowering_that_mutates_the_canonical_graph_fails_canonical_intact():
         op.fgraph = inner.freeze()
         return stock(op, node=node, **kwargs)
 
+    case = _nested_ofg_case(MutatedOFG) if nested else ofg_case(MutatedOFG, "mutated_ofg")
     with temporary_lowering([jax_funcify], MutatedOFG, mutating_lowering):
-        result = run_on(prepare(ofg_case(MutatedOFG, "mutated_ofg")), BACKENDS["jax"], JAX_DEVICE)
+        result = run_on(prepare(case), BACKENDS["jax"], JAX_DEVICE)
     assert result.status == FAIL
     assert "canonical_intact" in failed_check_names(result)
     assert jax_funcify.dispatch(MutatedOFG) is stock
