@@ -273,6 +273,17 @@ def case_ofg_chained_50() -> CaseGraph:
     return CaseGraph([x], [out], [x_v], [expected])
 
 
+@register_case("ofg", batch_axis=0)
+def case_ofg_constant_output() -> CaseGraph:
+    # One inner output folds to a constant (float32: PyTensor types 0.5 as the narrowest exact
+    # float); the lowering must still return an array of the graph's type for it.
+    a = pt.vector("a")
+    op = OpFromGraph([a], [pt.tanh(pt.constant(0.5)), a + 1.0], inline=False, name="constant_output")
+    x = pt.vector("x")
+    x_v = _floats(_rng(16), 4)
+    return CaseGraph([x], list(op(x)), [x_v], [np.tanh(np.float32(0.5)), x_v + 1.0])
+
+
 @register_case("ofg", inplace_opportunity=True)
 def case_ofg_inplace_buffers() -> CaseGraph:
     a, v = pt.matrix("a"), pt.vector("v")

@@ -24,13 +24,15 @@ from gpubackend.devices import resolve_device
 
 
 def check_numerics(graph: CaseGraph, reference: Sequence[np.ndarray], calls: Sequence[Sequence]) -> CheckResult:
-    """Every call's outputs match the reference in dtype, shape and value."""
+    """Every call's outputs have the graph's dtypes and match the reference in shape and value."""
+    declared = [np.dtype(out.type.dtype) for out in graph.outputs]
     for call_index, outputs in enumerate(calls, start=1):
         for position, (got, expected) in enumerate(zip(outputs, reference, strict=True)):
             got, expected = np.asarray(got), np.asarray(expected)
             where = f"call {call_index}, output {position}"
-            if got.dtype != expected.dtype:
-                return CheckResult("numerics", False, f"{where}: dtype {got.dtype}, expected {expected.dtype}")
+            if got.dtype != declared[position]:
+                detail = f"{where}: dtype {got.dtype}, the graph says {declared[position]}"
+                return CheckResult("numerics", False, detail)
             if got.shape != expected.shape:
                 return CheckResult("numerics", False, f"{where}: shape {got.shape}, expected {expected.shape}")
             if expected.dtype.kind in "biu":

@@ -58,8 +58,12 @@ def evaluate(expression: Expression, leaves: Sequence[Variable]) -> Variable:
 
 
 def _bounded(expression: Expression, leaves: Sequence[Variable]) -> Variable:
-    """The expression squashed by tanh, so recurrences stay finite whatever is drawn."""
-    return pt.tanh(evaluate(expression, leaves))
+    """The expression squashed by tanh, so recurrences stay finite, and shaped like the leaves.
+
+    A drawn expression may use constants only; broadcasting against the first
+    leaf keeps every generated body a state-shaped vector.
+    """
+    return pt.tanh(evaluate(expression, leaves)) + pt.zeros_like(leaves[0])
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class ScanSpec:
     with_sequence: bool
     shared_ofg: bool
     nested: bool
+    nit_sot: bool
     body: Expression
     seed: int
 
@@ -96,6 +101,7 @@ def scan_specs(draw: st.DrawFn) -> ScanSpec:
         with_sequence=with_sequence,
         shared_ofg=draw(st.booleans()),
         nested=draw(st.booleans()),
+        nit_sot=draw(st.booleans()),
         body=draw(expressions(n_leaves)),
         seed=draw(st.integers(0, 2**16)),
     )
@@ -144,17 +150,21 @@ def build_scan(spec: ScanSpec) -> CaseGraph:
         sequence_args, tap_args, (w_arg,) = args[: len(sequences)], args[len(sequences) : -1], args[-1:]
         leaves = [*tap_args, *sequence_args, w_arg]
         step = body_op(*leaves) if body_op is not None else _bounded(spec.body, leaves)
-        return step + _inner_map(tap_args[-1]) if spec.nested else step
+        if spec.nested:
+            step = step + _inner_map(tap_args[-1])
+        # A per-step output alongside the recurrence, when drawn
+        return (step, pt.cos(step).sum()) if spec.nit_sot else step
 
-    states = pytensor.scan(
+    recurrence = {"initial": init[:depth] if depth > 1 else init[0], "taps": list(spec.taps)}
+    scanned = pytensor.scan(
         body,
         sequences=sequences,
-        outputs_info=[{"initial": init[:depth] if depth > 1 else init[0], "taps": list(spec.taps)}],
+        outputs_info=[recurrence, None] if spec.nit_sot else [recurrence],
         non_sequences=[w],
         n_steps=spec.n_steps,
         return_updates=False,
     )
-    outputs = [states]
+    outputs = list(scanned) if spec.nit_sot else [scanned]
     if body_op is not None:
         # The same op again, outside the scan
         outer_leaves = [init[0]] * len(spec.taps) + ([xs[0]] if spec.with_sequence else []) + [w]
