@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from gpubackend.conformance.backends import BACKENDS
-from gpubackend.conformance.catalogue import CATALOGUE
+from gpubackend.conformance.backends import BACKENDS, backend_device_pairs
+from gpubackend.conformance.catalogue import CATALOGUE, select_cases
 from gpubackend.conformance.results import FAIL, PASS, CaseResult
 from gpubackend.conformance.runner import PreparedCase, prepare, run_on
 from gpubackend.devices import DEVICE_ENV_VAR
@@ -40,3 +40,17 @@ def assert_conformant(result: CaseResult) -> None:
 @pytest.mark.parametrize("case_name", list(CATALOGUE))
 def test_case_conforms(case_name: str, backend: str, device: str) -> None:
     assert_conformant(run_on(prepared(case_name), BACKENDS[backend], device))
+
+
+def test_host_only_backends_pair_once_with_the_cpu():
+    pairs = [(backend.name, device) for backend, device in backend_device_pairs(["numba", "jax"], ["cpu:1", "gpu"])]
+    assert pairs == [("numba", "cpu"), ("jax", "cpu:1"), ("jax", "gpu")]
+    assert backend_device_pairs(["numba"], ["gpu:0"]) == []
+    with pytest.raises(ValueError, match="cuda"):
+        backend_device_pairs(["cuda"], ["gpu"])
+
+
+def test_case_selection_by_family_or_name_fragment():
+    families = {case.family for case in select_cases("scan")}
+    assert families == {"scan", "mixture"}  # the scan family, plus mixtures named after scans
+    assert [case.name for case in select_cases("ofg_basic,lazy")] == ["ofg_basic", "lazy_ifelse"]
