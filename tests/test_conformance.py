@@ -50,6 +50,15 @@ def test_host_only_backends_pair_once_with_the_cpu():
         backend_device_pairs(["cuda"], ["gpu"])
 
 
+@pytest.mark.parametrize("case_name", [name for name, case in CATALOGUE.items() if case.batch_axes])
+def test_batch_axes_name_one_existing_axis_per_input(case_name: str) -> None:
+    graph = prepared(case_name).graph
+    axes = CATALOGUE[case_name].batch_axes
+    assert len(axes) == len(graph.inputs)
+    assert all(axis is None or axis < value.ndim for axis, value in zip(axes, graph.values, strict=True))
+    assert any(axis is not None for axis in axes)
+
+
 def test_case_selection_by_family_or_name_fragment():
     families = {case.family for case in select_cases("scan")}
     assert families == {"scan", "mixture"}  # the scan family, plus mixtures named after scans

@@ -19,7 +19,7 @@ JAX_DEVICE = os.environ.get(DEVICE_ENV_VAR, "cpu:1")
 
 def _result(case: str, status: str, runner: str = "leg", detail: str = "") -> CaseResult:
     checks = [CheckResult("numerics", True, "ok"), CheckResult("rewrite_free", status != FAIL, "link: 1 rewriter runs")]
-    return CaseResult(case, "scan", "jax", "cpu:1", status, checks, detail=detail, runner=runner)
+    return CaseResult(case, "scan", "jax", "cpu:1", status, checks, detail=detail, runner=runner, batch_axes=(1, None))
 
 
 @pytest.fixture

@@ -39,15 +39,17 @@ class CaseGraph:
 class Case:
     """A named canonical graph and its metadata.
 
-    ``batch_axis`` names the input axis a case is naturally batched over (metadata
-    for sharding). ``inplace_opportunity`` marks inner graphs with internal
-    buffers a backend that bakes inplace (Numba) should destroy.
+    ``batch_axes`` gives, per input, the axis along which the case stacks
+    independent problems (``None``: the input is shared by all of them); it is
+    metadata for sharding, set where a case naturally has a batch axis.
+    ``inplace_opportunity`` marks inner graphs with internal buffers that a
+    backend baking inplace (Numba) should destroy.
     """
 
     name: str
     family: str
     build: Callable[[], CaseGraph] = field(repr=False, compare=False)
-    batch_axis: int | None = None
+    batch_axes: tuple[int | None, ...] | None = None
     inplace_opportunity: bool = False
 
 
@@ -55,15 +57,18 @@ CATALOGUE: dict[str, Case] = {}
 
 
 def register_case(
-    family: str, *, batch_axis: int | None = None, inplace_opportunity: bool = False, name: str | None = None
+    family: str,
+    *,
+    batch_axes: tuple[int | None, ...] | None = None,
+    inplace_opportunity: bool = False,
 ) -> Callable[[Callable[[], CaseGraph]], Callable[[], CaseGraph]]:
     """Add a builder to `CATALOGUE` under its function name (without a leading ``case_``)."""
 
     def decorator(build: Callable[[], CaseGraph]) -> Callable[[], CaseGraph]:
-        case_name = name or build.__name__.removeprefix("case_")
+        case_name = build.__name__.removeprefix("case_")
         if case_name in CATALOGUE:
             raise ValueError(f"Conformance case {case_name!r} is registered twice")
-        CATALOGUE[case_name] = Case(case_name, family, build, batch_axis, inplace_opportunity)
+        CATALOGUE[case_name] = Case(case_name, family, build, batch_axes, inplace_opportunity)
         return build
 
     return decorator
@@ -96,7 +101,7 @@ def _tanh_recurrence(h, x_t, w):
     return pt.tanh(h * w + x_t)
 
 
-@register_case("scan", batch_axis=1)
+@register_case("scan", batch_axes=(1, 0, None))
 def case_scan_sit_sot() -> CaseGraph:
     xs, h0, w = pt.matrix("xs"), pt.vector("h0"), pt.scalar("w")
     hs = _scan(lambda x_t, h, w: _tanh_recurrence(h, x_t, w), sequences=[xs], outputs_info=[h0], non_sequences=[w])
@@ -109,7 +114,7 @@ def case_scan_sit_sot() -> CaseGraph:
     return CaseGraph([xs, h0, w], [hs], [xs_v, h0_v, w_v], [np.stack(expected)])
 
 
-@register_case("scan", batch_axis=1)
+@register_case("scan", batch_axes=(1, None))
 def case_scan_mit_sot_taps() -> CaseGraph:
     init, a = pt.matrix("init"), pt.scalar("a")
     seq = _scan(
@@ -126,7 +131,7 @@ def case_scan_mit_sot_taps() -> CaseGraph:
     return CaseGraph([init, a], [seq], [init_v, a_v], [np.stack(history[2:])])
 
 
-@register_case("scan", batch_axis=0)
+@register_case("scan", batch_axes=(0,))
 def case_scan_nit_sot_map() -> CaseGraph:
     xs = pt.matrix("xs")
     mapped = pytensor.map(lambda row: pt.sin(row) * row.sum(), sequences=[xs], return_updates=False)
@@ -176,7 +181,7 @@ def case_scan_while_last_value() -> CaseGraph:
     )
 
 
-@register_case("scan", batch_axis=0, inplace_opportunity=True)
+@register_case("scan", batch_axes=(0,), inplace_opportunity=True)
 def case_scan_nested() -> CaseGraph:
     xs = pt.matrix("xs")
 
@@ -197,7 +202,7 @@ def case_scan_length_from_shape() -> CaseGraph:
     return CaseGraph([x], [powers], [x_v], [np.stack([x_v ** (k + 1) for k in range(3)])])
 
 
-@register_case("scan", batch_axis=1)
+@register_case("scan", batch_axes=(1, 0, None))
 def case_scan_last_value() -> CaseGraph:
     xs, h0, w = pt.matrix("xs"), pt.vector("h0"), pt.scalar("w")
     hs = _scan(lambda x_t, h, w: _tanh_recurrence(h, x_t, w), sequences=[xs], outputs_info=[h0], non_sequences=[w])
@@ -217,7 +222,7 @@ def _affine_ofg(name: str = "affine") -> OpFromGraph:
     return OpFromGraph([x, y], [x * y + pt.exp(x)], inline=False, name=name)
 
 
-@register_case("ofg", batch_axis=0)
+@register_case("ofg", batch_axes=(0, 0))
 def case_ofg_basic() -> CaseGraph:
     x, y = pt.vector("x"), pt.vector("y")
     out = _affine_ofg()(x, y)
@@ -226,7 +231,7 @@ def case_ofg_basic() -> CaseGraph:
     return CaseGraph([x, y], [out], [x_v, y_v], [x_v * y_v + np.exp(x_v)])
 
 
-@register_case("ofg", batch_axis=0, inplace_opportunity=True)
+@register_case("ofg", batch_axes=(0, 0), inplace_opportunity=True)
 def case_ofg_nested() -> CaseGraph:
     a, b = pt.vector("a"), pt.vector("b")
     inner = _affine_ofg("inner")
@@ -247,7 +252,7 @@ def case_ofg_grad() -> CaseGraph:
     return CaseGraph([x, y], grads, [x_v, y_v], [y_v + np.exp(x_v), x_v])
 
 
-@register_case("ofg", batch_axis=0)
+@register_case("ofg", batch_axes=(0, 0))
 def case_ofg_blockwise() -> CaseGraph:
     x, y = pt.vector("x"), pt.vector("y")
     core = _affine_ofg()(x, y)
@@ -258,7 +263,7 @@ def case_ofg_blockwise() -> CaseGraph:
     return CaseGraph([xb, yb], [batched], [x_v, y_v], [x_v * y_v + np.exp(x_v)])
 
 
-@register_case("ofg", batch_axis=0)
+@register_case("ofg", batch_axes=(0,))
 def case_ofg_chained_50() -> CaseGraph:
     a = pt.vector("a")
     step = OpFromGraph([a], [pt.sin(a) + 0.5 * a], inline=False, name="step")
@@ -273,7 +278,7 @@ def case_ofg_chained_50() -> CaseGraph:
     return CaseGraph([x], [out], [x_v], [expected])
 
 
-@register_case("ofg", batch_axis=0)
+@register_case("ofg")
 def case_ofg_constant_output() -> CaseGraph:
     # One inner output folds to a constant (float32: PyTensor types 0.5 as the narrowest exact
     # float); the lowering must still return an array of the graph's type for it.
@@ -301,7 +306,7 @@ def case_ofg_inplace_buffers() -> CaseGraph:
 # --- Composite ------------------------------------------------------------------
 
 
-@register_case("composite", batch_axis=0)
+@register_case("composite", batch_axes=(0, 0))
 def case_composite_explicit() -> CaseGraph:
     xs, ys = ps.float64("xs"), ps.float64("ys")
     composite = ps.Composite([xs, ys], [xs * ys + ps.sin(xs), ps.exp(ys)])
@@ -311,7 +316,7 @@ def case_composite_explicit() -> CaseGraph:
     return CaseGraph([x, y], list(Elemwise(composite)(x, y)), [x_v, y_v], [x_v * y_v + np.sin(x_v), np.exp(y_v)])
 
 
-@register_case("composite", batch_axis=0)
+@register_case("composite", batch_axes=(0, 0))
 def case_composite_fused() -> CaseGraph:
     x, y = pt.vector("x"), pt.vector("y")
     out = pt.exp(x) * y + pt.sin(x) / (1 + y**2)
@@ -323,7 +328,7 @@ def case_composite_fused() -> CaseGraph:
 # --- ScalarLoop -----------------------------------------------------------------
 
 
-@register_case("scalar_loop", batch_axis=0)
+@register_case("scalar_loop", batch_axes=(None, 0, 0))
 def case_scalar_loop_for() -> CaseGraph:
     state, rate = ps.float64("state"), ps.float64("rate")
     loop = ScalarLoop(init=[state], update=[state * rate + 1.0], constant=[rate])
@@ -337,7 +342,7 @@ def case_scalar_loop_for() -> CaseGraph:
     return CaseGraph([n_steps, x0, r], [Elemwise(loop)(n_steps, x0, r)], values, [expected])
 
 
-@register_case("scalar_loop", batch_axis=0)
+@register_case("scalar_loop", batch_axes=(None, 0))
 def case_scalar_loop_while() -> CaseGraph:
     state = ps.float64("state")
     doubled = state * 2.0
@@ -356,7 +361,7 @@ def case_scalar_loop_while() -> CaseGraph:
     return CaseGraph([n_steps, x0], [final, done], values, [np.asarray(expected_final), np.ones(4, bool)])
 
 
-@register_case("scalar_loop", batch_axis=0)
+@register_case("scalar_loop", batch_axes=(0, 0))
 def case_gammainc_grad_k() -> CaseGraph:
     k, x = pt.vector("k"), pt.vector("x")
     grad_k = pytensor.grad(pt.gammainc(k, x).sum(), k)
@@ -408,7 +413,7 @@ def case_root_scalar_grad() -> CaseGraph:
     return _solver_case(x, a, root_scalar(x**3 + x - a, x, method="newton"), [0.5, 2.0])
 
 
-@register_case("optimize", batch_axis=0)
+@register_case("optimize", batch_axes=(0, 0))
 def case_minimize_blockwise() -> CaseGraph:
     x, a = pt.vector("x"), pt.vector("a")
     solution, success = minimize(_quartic_objective(x, a), x, method="BFGS")
@@ -421,7 +426,7 @@ def case_minimize_blockwise() -> CaseGraph:
 # --- Mixtures -------------------------------------------------------------------
 
 
-@register_case("mixture", batch_axis=1, inplace_opportunity=True)
+@register_case("mixture", batch_axes=(1, 0), inplace_opportunity=True)
 def case_scan_in_ofg() -> CaseGraph:
     seq, start = pt.matrix("seq"), pt.vector("start")
     running = _scan(lambda x_t, acc: acc + pt.sin(x_t), sequences=[seq], outputs_info=[start])
@@ -432,7 +437,7 @@ def case_scan_in_ofg() -> CaseGraph:
     return CaseGraph([xs, h0], [op(xs, h0)], [xs_v, h0_v], [h0_v + np.sin(xs_v).sum(axis=0)])
 
 
-@register_case("mixture", batch_axis=0)
+@register_case("mixture", batch_axes=(0, None))
 def case_ofg_in_scan() -> CaseGraph:
     op = _affine_ofg()
     xs, y = pt.matrix("xs"), pt.vector("y")
@@ -442,7 +447,7 @@ def case_ofg_in_scan() -> CaseGraph:
     return CaseGraph([xs, y], [rows], [xs_v, y_v], [xs_v * y_v + np.exp(xs_v)])
 
 
-@register_case("mixture", batch_axis=0)
+@register_case("mixture", batch_axes=(0, None))
 def case_minimize_in_scan() -> CaseGraph:
     targets, x0 = pt.vector("targets"), pt.scalar("x0")
 

@@ -30,7 +30,7 @@ class CaseResult:
     checks: list[CheckResult] = field(default_factory=list)
     detail: str = ""
     runner: str = ""
-    batch_axis: int | None = None
+    batch_axes: tuple[int | None, ...] | None = None
     seconds: float = 0.0
 
     @property
@@ -52,6 +52,8 @@ class CaseResult:
     def from_json(cls, data: dict[str, Any]) -> CaseResult:
         checks = [CheckResult(**check) for check in data.get("checks", [])]
         fields = {key: value for key, value in data.items() if key in cls.__dataclass_fields__ and key != "checks"}
+        if fields.get("batch_axes") is not None:
+            fields["batch_axes"] = tuple(fields["batch_axes"])
         return cls(checks=checks, **fields)
 
 

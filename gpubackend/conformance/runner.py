@@ -78,7 +78,7 @@ def _compile(graph: CaseGraph, mode: Mode | str) -> Function:
 def run_on(prepared: PreparedCase, backend: Backend, device: str) -> CaseResult:
     """Compile once on ``backend``/``device``, call twice, and run every check on that function."""
     case = prepared.case
-    result = CaseResult(case.name, case.family, backend.name, device, FAIL, batch_axis=case.batch_axis)
+    result = CaseResult(case.name, case.family, backend.name, device, FAIL, batch_axes=case.batch_axes)
     started = time.perf_counter()
     try:
         if prepared.graph is None:
