@@ -97,21 +97,31 @@ def _scan(*args, **kwargs):
 # --- Scan -----------------------------------------------------------------------
 
 
-def _tanh_recurrence(h, x_t, w):
-    return pt.tanh(h * w + x_t)
+def _tanh_recurrence() -> tuple[list[Variable], Variable]:
+    """``h_t = tanh(h_{t-1} * w + x_t)``: the inputs ``[xs, h0, w]`` and every state."""
+    xs, h0, w = pt.matrix("xs"), pt.vector("h0"), pt.scalar("w")
+    states = _scan(lambda x_t, h, w: pt.tanh(h * w + x_t), sequences=[xs], outputs_info=[h0], non_sequences=[w])
+    return [xs, h0, w], states
+
+
+def _tanh_recurrence_values(seed: int, w: float) -> list[np.ndarray]:
+    rng = _rng(seed)
+    return [_floats(rng, 5, 3), _floats(rng, 3), np.asarray(w)]
+
+
+def _tanh_recurrence_states(xs: np.ndarray, h0: np.ndarray, w: np.ndarray) -> np.ndarray:
+    states, h = [], h0
+    for x_t in xs:
+        h = np.tanh(h * w + x_t)
+        states.append(h)
+    return np.stack(states)
 
 
 @register_case("scan", batch_axes=(1, 0, None))
 def case_scan_sit_sot() -> CaseGraph:
-    xs, h0, w = pt.matrix("xs"), pt.vector("h0"), pt.scalar("w")
-    hs = _scan(lambda x_t, h, w: _tanh_recurrence(h, x_t, w), sequences=[xs], outputs_info=[h0], non_sequences=[w])
-    rng = _rng(0)
-    xs_v, h0_v, w_v = _floats(rng, 5, 3), _floats(rng, 3), np.asarray(0.7)
-    expected, h = [], h0_v
-    for x_t in xs_v:
-        h = np.tanh(h * w_v + x_t)
-        expected.append(h)
-    return CaseGraph([xs, h0, w], [hs], [xs_v, h0_v, w_v], [np.stack(expected)])
+    inputs, states = _tanh_recurrence()
+    values = _tanh_recurrence_values(0, 0.7)
+    return CaseGraph(inputs, [states], values, [_tanh_recurrence_states(*values)])
 
 
 @register_case("scan", batch_axes=(1, None))
@@ -141,12 +151,9 @@ def case_scan_nit_sot_map() -> CaseGraph:
 
 @register_case("scan")
 def case_scan_grad_mit_mot() -> CaseGraph:
-    xs, h0, w = pt.matrix("xs"), pt.vector("h0"), pt.scalar("w")
-    hs = _scan(lambda x_t, h, w: _tanh_recurrence(h, x_t, w), sequences=[xs], outputs_info=[h0], non_sequences=[w])
-    loss = (hs**2).sum()
-    grads = pytensor.grad(loss, [xs, h0, w])
-    rng = _rng(3)
-    return CaseGraph([xs, h0, w], grads, [_floats(rng, 5, 3), _floats(rng, 3), np.asarray(0.7)])
+    inputs, states = _tanh_recurrence()
+    grads = pytensor.grad((states**2).sum(), inputs)
+    return CaseGraph(inputs, grads, _tanh_recurrence_values(3, 0.7))
 
 
 def _doubling_until(x0: Variable, limit: Variable) -> Variable:
@@ -204,14 +211,9 @@ def case_scan_length_from_shape() -> CaseGraph:
 
 @register_case("scan", batch_axes=(1, 0, None))
 def case_scan_last_value() -> CaseGraph:
-    xs, h0, w = pt.matrix("xs"), pt.vector("h0"), pt.scalar("w")
-    hs = _scan(lambda x_t, h, w: _tanh_recurrence(h, x_t, w), sequences=[xs], outputs_info=[h0], non_sequences=[w])
-    rng = _rng(6)
-    xs_v, h0_v, w_v = _floats(rng, 5, 3), _floats(rng, 3), np.asarray(-0.4)
-    h = h0_v
-    for x_t in xs_v:
-        h = np.tanh(h * w_v + x_t)
-    return CaseGraph([xs, h0, w], [hs[-1]], [xs_v, h0_v, w_v], [h])
+    inputs, states = _tanh_recurrence()
+    values = _tanh_recurrence_values(6, -0.4)
+    return CaseGraph(inputs, [states[-1]], values, [_tanh_recurrence_states(*values)[-1]])
 
 
 # --- OpFromGraph ----------------------------------------------------------------
