@@ -53,7 +53,7 @@ def rederive_gradient(graph: CaseGraph) -> str:
     try:
         pytensor.grad(pytensor.tensor.add(*cost_terms), wrt, disconnected_inputs="ignore", null_gradients="return")
     except Exception as error:  # noqa: BLE001 - an op without a gradient is a fact about the op, not a breakage
-        return f"gradient not derivable ({type(error).__name__}: {str(error).splitlines()[0][:80]})"
+        return f"gradient not derivable ({error_summary(error)[:120]})"
     return "gradient re-derived"
 
 
@@ -94,6 +94,7 @@ def check_baked(case: Case, graph: CaseGraph, fn: Function, bakes_inplace: bool)
 
 def resident_inputs(fn: Function, values: Sequence, device: jax.Device) -> list:
     """The test values, already on ``device`` wherever the function keeps that input on the device."""
+    # input_storage continues with shared variables' containers after the explicit inputs
     return [
         jax.device_put(value, device) if isinstance(container.type, DeviceResidentInput) else value
         for container, value in zip(fn.input_storage, values, strict=False)
@@ -115,17 +116,14 @@ def check_resident(fn: Function, graph: CaseGraph, device_spec: str, outputs: Se
         with jax.transfer_guard("disallow_explicit"):
             fn(*inputs)
     except Exception as error:  # noqa: BLE001 - any failure under the guard is the finding
-        return CheckResult("resident", False, f"warm call under transfer guard: {_first_line(error)}")
+        return CheckResult("resident", False, f"warm call under transfer guard: {error_summary(error)}")
     return CheckResult("resident", True, f"outputs on {device}; warm resident call made no transfer")
 
 
-def _first_line(error: BaseException) -> str:
+def error_summary(error: BaseException) -> str:
+    """The error's type and the first line of its message."""
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0][:400] if text else ''}"
-
-
-def error_summary(error: BaseException) -> str:
-    return _first_line(error)
 
 
 def guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
@@ -133,7 +131,7 @@ def guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
     try:
         return check()
     except Exception as error:  # noqa: BLE001 - reported, never swallowed
-        return CheckResult(name, False, f"the check raised {_first_line(error)}")
+        return CheckResult(name, False, f"the check raised {error_summary(error)}")
 
 
 def host_copy(outputs: Sequence) -> list[np.ndarray]:
