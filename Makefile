@@ -24,11 +24,6 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -n $(WORKERS) $(PYTEST_ARGS)
 
-# Devices for `make conformance`; e.g. CONFORMANCE_DEVICES="cpu gpu" on a GPU machine.
-CONFORMANCE_DEVICES ?= cpu cpu:1
-conformance: $(STAMP)
-	$(PY) -m gpubackend conformance --backend numba jax --device $(CONFORMANCE_DEVICES) --out $(REPORTS)/conformance
-
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
