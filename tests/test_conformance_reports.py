@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from gpubackend.conformance.cli import main
 from gpubackend.conformance.reports import load_report, merge_reports, write_reports
 from gpubackend.conformance.results import FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
+from gpubackend.conformance.runner import run_and_report
 from gpubackend.devices import DEVICE_ENV_VAR
 
 JAX_DEVICE = os.environ.get(DEVICE_ENV_VAR, "cpu:1")
@@ -95,6 +98,17 @@ def test_cli_runs_writes_every_report_and_merges(tmp_path, capsys):
     columns = load_report(merged / "conformance.json").columns()
     assert columns == [f"cpu-leg jax @ {JAX_DEVICE}", "bad jax @ cpu:1"]
     assert Path(merged / "conformance.html").exists()
+
+
+def test_run_and_report_is_the_main_jobs_entry(tmp_path):
+    console = Console(file=io.StringIO(), width=200)
+    status = run_and_report(
+        backends=["jax"], devices=[JAX_DEVICE], out_dir=tmp_path, label="main job", console=console, cases="ofg_basic",
+        progress=False,
+    )
+    assert status == 0
+    assert f"main job jax @ {JAX_DEVICE}: 1 pass" in console.file.getvalue()
+    assert load_report(tmp_path / "conformance.json").environment["label"] == "main job"
 
 
 def test_cli_names_a_missing_device_instead_of_failing_every_case(tmp_path, capsys):

@@ -45,6 +45,18 @@ BACKENDS: dict[str, Backend] = {
 HOST_DEVICE = "cpu"
 
 
+def distinct_devices(devices: Sequence[str]) -> list[str]:
+    """The device strings naming distinct devices (``cpu`` and ``cpu:0`` are one), first spelling kept.
+
+    Raises `DeviceNotFoundError` for a device that does not exist: one clear
+    error rather than a column of failed cases.
+    """
+    seen: dict[jax.Device, str] = {}
+    for spec in devices:
+        seen.setdefault(resolve_device(spec), spec)
+    return list(seen.values())
+
+
 def backend_device_pairs(backends: Sequence[str], devices: Sequence[str]) -> list[tuple[Backend, str]]:
     """Every (backend, device) to run. A host-only backend runs once, on ``cpu``, if any cpu device is asked for."""
     unknown = [name for name in backends if name not in BACKENDS]
@@ -57,5 +69,5 @@ def backend_device_pairs(backends: Sequence[str], devices: Sequence[str]) -> lis
             if any(device.split(":")[0] == HOST_DEVICE for device in devices):
                 pairs.append((backend, HOST_DEVICE))
         else:
-            pairs.extend((backend, device) for device in devices)
+            pairs.extend((backend, device) for device in distinct_devices(devices))
     return pairs

@@ -8,9 +8,9 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-from gpubackend.conformance.backends import BACKENDS
-from gpubackend.conformance.reports import load_report, merge_reports, write_reports
-from gpubackend.conformance.results import STATUSES, Report
+from gpubackend.conformance.backends import BACKENDS, backend_device_pairs
+from gpubackend.conformance.reports import load_report, merge_reports, print_summary, write_reports
+from gpubackend.conformance.runner import run_and_report
 from gpubackend.devices import DeviceNotFoundError
 
 
@@ -39,43 +39,37 @@ def _merge_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _print_summary(report: Report, paths: dict, console: Console) -> None:
-    for column, counts in report.summary()["per_column"].items():
-        parts = ", ".join(f"{counts[status]} {status}" for status in STATUSES)
-        console.print(f"[bold]{escape(column)}[/bold]: {parts}")
-    for result in report.results:
-        if result.status != "pass":
-            colour = "red" if result.status == "fail" else "yellow"
-            line = escape(f"{result.case} on {result.column}: {result.summary_line()}")
-            console.print(f"  [{colour}]{result.status}[/{colour}] {line}")
-    console.print("reports: " + ", ".join(str(path) for path in paths.values()))
+def _merge(argv: list[str], console: Console) -> int:
+    args = _merge_parser().parse_args(argv)
+    report = merge_reports([load_report(path) for path in args.reports])
+    print_summary(report, write_reports(report, args.out, junit=False), console)
+    return 1 if report.failed else 0
+
+
+def _run(argv: list[str], console: Console) -> int:
+    args = _run_parser().parse_args(argv)
+    try:
+        backend_device_pairs(args.backend, args.device)
+    except (DeviceNotFoundError, ValueError) as error:
+        console.print(f"[red]conformance: {escape(str(error))}[/red]")
+        return 2
+    return run_and_report(
+        args.backend,
+        args.device,
+        args.out,
+        label=args.label,
+        console=console,
+        cases=args.cases,
+        generated=args.generated,
+        progress=not args.no_progress,
+    )
 
 
 def main(argv: list[str]) -> int:
     console = Console(stderr=True, soft_wrap=True)
     if argv[:1] == ["merge"]:
-        args = _merge_parser().parse_args(argv[1:])
-        report = merge_reports([load_report(path) for path in args.reports])
-        paths = write_reports(report, args.out, junit=False)
-    else:
-        from gpubackend.conformance.runner import run_suite
-
-        args = _run_parser().parse_args(argv)
-        try:
-            report = run_suite(
-                args.backend,
-                args.device,
-                label=args.label,
-                cases=args.cases,
-                generated=args.generated,
-                progress=not args.no_progress,
-            )
-        except (DeviceNotFoundError, ValueError) as error:
-            console.print(f"[red]conformance: {escape(str(error))}[/red]")
-            return 2
-        paths = write_reports(report, args.out)
-    _print_summary(report, paths, console)
-    return 1 if report.failed else 0
+        return _merge(argv[1:], console)
+    return _run(argv, console)
 
 
 if __name__ == "__main__":

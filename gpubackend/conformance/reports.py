@@ -9,7 +9,10 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpubackend.conformance.results import FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, Report
+from rich.console import Console
+from rich.markup import escape
+
+from gpubackend.conformance.results import FAIL, OBJECT_MODE, PASS, STATUSES, UNSUPPORTED, CaseResult, Report
 
 BASENAME = "conformance"
 
@@ -32,6 +35,19 @@ def write_reports(report: Report, out_dir: str | Path, junit: bool = True) -> di
         paths["xml"] = out / f"{BASENAME}.xml"
         ET.ElementTree(to_junit(report)).write(paths["xml"], encoding="utf-8", xml_declaration=True)
     return paths
+
+
+def print_summary(report: Report, paths: dict[str, Path], console: Console) -> None:
+    """Counts per column, one line per case that does not pass, and where the reports are."""
+    for column, counts in report.summary()["per_column"].items():
+        parts = ", ".join(f"{counts[status]} {status}" for status in STATUSES)
+        console.print(f"[bold]{escape(column)}[/bold]: {parts}")
+    for result in report.results:
+        if result.status != PASS:
+            colour = "red" if result.status == FAIL else "yellow"
+            line = escape(f"{result.case} on {result.column}: {result.summary_line()}")
+            console.print(f"  [{colour}]{result.status}[/{colour}] {line}")
+    console.print("reports: " + ", ".join(str(path) for path in paths.values()))
 
 
 def load_report(path: str | Path) -> Report:
