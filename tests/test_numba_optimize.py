@@ -95,6 +95,37 @@ def test_bfgs_matches_scipy_including_ift_gradient(bfgs_problem):
     np.testing.assert_allclose(bfgs_problem["got"][0][2], 1 + 2 * a, rtol=RTOL)
 
 
+@pytest.fixture(scope="module")
+def minimize_methods_problem():
+    x = pt.vector("x")
+    a = pt.scalar("a")
+    objective = rosenbrock(x, a)
+    tight = {"tol": 1e-12}
+    problems = {
+        "L-BFGS-B": minimize(objective, x, method="L-BFGS-B", optimizer_kwargs=tight),
+        "L-BFGS-B_bounded": minimize(
+            objective, x, method="L-BFGS-B", optimizer_kwargs={**tight, "bounds": [(None, 0.9), (0.0, 2.0)]}
+        ),
+        "Newton-CG": minimize(objective, x, method="Newton-CG", hess=True, optimizer_kwargs=tight),
+        "trust-exact": minimize(objective, x, method="trust-exact", hess=True, optimizer_kwargs=tight),
+    }
+    outputs = []
+    for solution, success in problems.values():
+        outputs += [solution, success, pytensor.grad(solution.sum(), a)]
+    values = (np.array([-1.2, 1.0]), 1.3)
+    got = numba_function([x, a], outputs)(*values)
+    expected = pytensor.function([x, a], outputs, mode=REFERENCE_MODE)(*values)
+    return {name: (got[3 * i : 3 * i + 3], expected[3 * i : 3 * i + 3]) for i, name in enumerate(problems)}
+
+
+@pytest.mark.parametrize("name", ["L-BFGS-B", "L-BFGS-B_bounded", "Newton-CG", "trust-exact"])
+def test_minimize_method_matches_scipy_including_ift_gradient(minimize_methods_problem, name):
+    (solution, success, gradient), (want_solution, want_success, want_gradient) = minimize_methods_problem[name]
+    assert bool(success) and bool(want_success)
+    np.testing.assert_allclose(solution, want_solution, rtol=RTOL)
+    np.testing.assert_allclose(gradient, want_gradient, rtol=RTOL)
+
+
 def test_lowering_is_native_and_inner_graph_is_baked_inplace(bfgs_problem):
     [compiled_op] = optimize_ops(bfgs_problem["fn"].maker.fgraph)
     canonical_op = bfgs_problem["canonical_op"]
@@ -201,6 +232,7 @@ def root_problem():
         "hybr": root(equations, x, method="hybr"),
         "newton": root(equations, x, method="newton"),
         "hybr_0d": root(scalar_equation, z, method="hybr"),
+        "lm": root(equations, x, method="lm"),
     }
     outputs = []
     for solution, success in problems.values():
@@ -213,7 +245,7 @@ def root_problem():
     return {name: (got[3 * i : 3 * i + 3], expected[3 * i : 3 * i + 3]) for i, name in enumerate(problems)}
 
 
-@pytest.mark.parametrize("name", ["hybr", "newton", "hybr_0d"])
+@pytest.mark.parametrize("name", ["hybr", "newton", "hybr_0d", "lm"])
 def test_root_matches_scipy_including_ift_gradient(root_problem, name):
     (solution, success, gradient), (want_solution, want_success, want_gradient) = root_problem[name]
     assert bool(success) and bool(want_success)

@@ -12,6 +12,7 @@ A configuration with no native solver (see `numba_optimize_plan`) keeps the
 object-mode path and emits one `ObjectModeFallbackWarning` naming the method.
 """
 
+import re
 import warnings
 from collections.abc import Callable
 from hashlib import sha256
@@ -44,9 +45,13 @@ from gpubackend.solvers.brent_minimize import make_brent_minimize
 from gpubackend.solvers.brentq import make_brentq
 from gpubackend.solvers.dogleg_root import make_dogleg_root
 from gpubackend.solvers.golden import make_golden
+from gpubackend.solvers.levenberg_marquardt import make_levenberg_marquardt
+from gpubackend.solvers.newton_cg import make_newton_cg
 from gpubackend.solvers.newton_root import make_newton_root
 from gpubackend.solvers.newton_scalar import make_newton_scalar
+from gpubackend.solvers.projected_lbfgs import make_projected_lbfgs
 from gpubackend.solvers.secant import make_secant
+from gpubackend.solvers.trust_exact import make_trust_exact
 
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 SOLVER_CACHE_VERSION = 1
@@ -62,7 +67,11 @@ class ObjectModeFallbackWarning(UserWarning):
 # ``make(fun)(args, x0, interval, settings) -> (x, converged)``.
 _SOLVERS: dict[tuple[type, str], tuple[Callable, Callable]] = {
     (MinimizeOp, "bfgs"): (problem.value_and_gradient, make_bfgs),
+    (MinimizeOp, "l-bfgs-b"): (problem.value_and_gradient, make_projected_lbfgs),
+    (MinimizeOp, "newton-cg"): (problem.value_gradient_and_hessian, make_newton_cg),
+    (MinimizeOp, "trust-exact"): (problem.value_gradient_and_hessian, make_trust_exact),
     (RootOp, "hybr"): (problem.residual_and_jacobian, make_dogleg_root),
+    (RootOp, "lm"): (problem.residual_and_jacobian, make_levenberg_marquardt),
     (RootOp, "newton"): (problem.residual_and_jacobian, make_newton_root),
     (MinimizeScalarOp, "brent"): (problem.scalar_value, make_brent_minimize),
     (MinimizeScalarOp, "golden"): (problem.scalar_value, make_golden),
@@ -97,11 +106,8 @@ def _bind_inputs(op: ScipyWrapperOp, run: Callable, interval_name: str | None) -
     bound_names = [f"bound_{name}" for name in op.bound_kwargs]
     interval = f"bound_{interval_name}" if interval_name in op.bound_kwargs else "NO_INTERVAL"
     args_tuple = f"({', '.join(arg_names)}{',' if n_args else ''})"
-    src = (
-        f"def {type(op).__name__.lower()}_{op.method.lower()}({', '.join(['x0', *arg_names, *bound_names])}):\n"
-        f"    return run(x0, {args_tuple}, {interval})\n"
-    )
-    name = src.split("(", 1)[0][4:]
+    name = f"{type(op).__name__.lower()}_{re.sub(r'[^0-9a-z]', '_', op.method.lower())}"
+    src = f"def {name}({', '.join(['x0', *arg_names, *bound_names])}):\n    return run(x0, {args_tuple}, {interval})\n"
     return numba_njit(
         compile_numba_function_src(src, name, {"run": run, "NO_INTERVAL": np.empty(0, dtype=np.float64)})
     )

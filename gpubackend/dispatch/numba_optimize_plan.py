@@ -56,14 +56,18 @@ def _options(op: ScipyWrapperOp, top_level: frozenset[str]) -> dict[str, Any]:
 
 
 def _resolve(
-    method: str, options: Mapping[str, Any], defaults: Mapping[str, float | int], aliases: Mapping[str, str]
+    method: str,
+    options: Mapping[str, Any],
+    defaults: Mapping[str, float | int],
+    aliases: Mapping[str, tuple[str, ...]],
 ) -> SolverPlan:
     """Fill ``defaults`` from ``options`` (``aliases`` map e.g. ``tol`` onto ``gtol``)."""
     options = dict(options)
-    for alias, target in aliases.items():
+    for alias, targets in aliases.items():
         if alias in options:
             value = options.pop(alias)
-            options.setdefault(target, value)
+            for target in targets:
+                options.setdefault(target, value)
     if unknown := sorted(set(options) - set(defaults)):
         raise NoNativeSolver(f"options {unknown} of method {method!r} are not supported natively")
     settings = []
@@ -75,9 +79,42 @@ def _resolve(
     return SolverPlan(method, tuple(settings))
 
 
+def _box_bounds(bounds: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """scipy ``bounds`` (``Bounds`` or ``(lower, upper)`` pairs, ``None`` = open) as two tuples."""
+    if bounds is None:
+        return (-np.inf,), (np.inf,)
+    if hasattr(bounds, "lb") and hasattr(bounds, "ub"):
+        lower, upper = np.broadcast_arrays(np.asarray(bounds.lb, float), np.asarray(bounds.ub, float))
+        return tuple(map(float, np.atleast_1d(lower))), tuple(map(float, np.atleast_1d(upper)))
+    try:
+        pairs = [(-np.inf if lo is None else float(lo), np.inf if hi is None else float(hi)) for lo, hi in bounds]
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"minimize `bounds` must be a scipy Bounds or a sequence of (lower, upper) pairs, got {bounds!r}"
+        ) from error
+    if not pairs:
+        raise ValueError("minimize `bounds` is empty; give one (lower, upper) pair per element of x")
+    lower, upper = zip(*pairs, strict=True)
+    return tuple(lower), tuple(upper)
+
+
 def _minimize_plan(op: MinimizeOp) -> SolverPlan:
     method = op.method.lower()
-    options = _options(op, frozenset({"tol"}))
+    bounds = op.optimizer_kwargs.get("bounds")
+    if bounds is not None and method != "l-bfgs-b":
+        raise NoNativeSolver(f"minimize method {op.method!r} with bounds is not supported natively")
+    options = _options(op, frozenset({"tol", "bounds"}))
+    options.pop("bounds", None)
+    if method == "l-bfgs-b":
+        if not op.jac:
+            raise NoNativeSolver("L-BFGS-B without jac=True needs finite differences")
+        plan = _resolve(
+            method,
+            options,
+            {"maxcor": 10, "ftol": 2.2204460492503131e-09, "gtol": 1e-5, "maxiter": 15000, "maxfun": 15000, "maxls": 20},
+            {"tol": ("ftol", "gtol")},
+        )
+        return SolverPlan(method, (*plan.settings, *_box_bounds(bounds)))
     if method == "bfgs":
         if not op.jac:
             raise NoNativeSolver("BFGS without jac=True needs finite differences")
@@ -87,7 +124,17 @@ def _minimize_plan(op: MinimizeOp) -> SolverPlan:
             method,
             options,
             {"gtol": 1e-5, "maxiter": -1, "c1": 1e-4, "c2": 0.9, "xrtol": 0.0},
-            {"tol": "gtol"},
+            {"tol": ("gtol",)},
+        )
+    if method in ("newton-cg", "trust-exact"):
+        if not (op.jac and op.hess):
+            raise NoNativeSolver(f"minimize method {op.method!r} is native only with jac=True and hess=True")
+        if method == "newton-cg":
+            return _resolve(
+                method, options, {"xtol": 1e-5, "maxiter": -1, "c1": 1e-4, "c2": 0.9}, {"tol": ("xtol",)}
+            )
+        return _resolve(
+            method, options, {"gtol": 1e-4, "maxiter": -1, "initial_trust_radius": 1.0}, {"tol": ("gtol",)}
         )
     raise NoNativeSolver(f"minimize method {op.method!r} has no native Numba solver")
 
@@ -95,12 +142,19 @@ def _minimize_plan(op: MinimizeOp) -> SolverPlan:
 def _root_plan(op: RootOp) -> SolverPlan:
     method = op.method.lower()
     options = _options(op, frozenset({"tol"}))
-    if method in ("hybr", "newton") and not op.jac:
+    if method in ("hybr", "lm", "newton") and not op.jac:
         raise NoNativeSolver(f"root method {op.method!r} is native only with jac=True")
     if method == "hybr":
-        return _resolve(method, options, {"xtol": _SQRT_EPS, "maxfev": 0, "factor": 100.0}, {"tol": "xtol"})
+        return _resolve(method, options, {"xtol": _SQRT_EPS, "maxfev": 0, "factor": 100.0}, {"tol": ("xtol",)})
+    if method == "lm":
+        return _resolve(
+            method,
+            options,
+            {"xtol": _SQRT_EPS, "ftol": _SQRT_EPS, "gtol": 0.0, "maxiter": 0},
+            {"tol": ("xtol",)},
+        )
     if method == "newton":
-        return _resolve(method, options, {"xtol": _SQRT_EPS, "maxiter": 50}, {"tol": "xtol"})
+        return _resolve(method, options, {"xtol": _SQRT_EPS, "maxiter": 50}, {"tol": ("xtol",)})
     raise NoNativeSolver(f"root method {op.method!r} has no native Numba solver")
 
 
@@ -117,10 +171,10 @@ def _minimize_scalar_plan(op: MinimizeScalarOp) -> SolverPlan:
             raise ValueError(f"minimize_scalar method {op.method!r} does not take `bounds`; use method='bounded'")
         xtol = _SQRT_EPS if method == "golden" else 1.48e-8
         maxiter = 5000 if method == "golden" else 500
-        return _resolve(method, options, {"xtol": xtol, "maxiter": maxiter}, {"tol": "xtol"})
+        return _resolve(method, options, {"xtol": xtol, "maxiter": maxiter}, {"tol": ("xtol",)})
     if method == "bounded":
         _require_bound(op, "bounds")
-        return _resolve(method, options, {"xatol": 1e-5, "maxiter": 500}, {"tol": "xatol"})
+        return _resolve(method, options, {"xatol": 1e-5, "maxiter": 500}, {"tol": ("xatol",)})
     raise NoNativeSolver(f"minimize_scalar method {op.method!r} has no native Numba solver")
 
 

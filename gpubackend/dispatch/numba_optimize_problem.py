@@ -91,3 +91,14 @@ def scalar_value_and_derivative(inner: Callable, to_inner: Callable) -> Callable
         return as_float(outputs[0]), as_float(outputs[1])
 
     return fun
+
+
+def value_gradient_and_hessian(inner: Callable, to_inner: Callable) -> Callable:
+    """``fun(x, args) -> (f, grad, hess)`` from an inner graph returning (objective, grad, hessian)."""
+
+    @numba_njit
+    def fun(x, args):
+        outputs = inner(to_inner(x), *args)
+        return as_float(outputs[0]), as_float64_vector(outputs[1]), as_float64_matrix(outputs[2])
+
+    return fun

@@ -104,7 +104,8 @@ def make_strong_wolfe(fun: Callable) -> Callable:
     def search(xk, pk, args, phi0, gk, old_phi0, c1, c2):
         derphi0 = np.dot(gk, pk)
         alpha1 = 1.0
-        if derphi0 != 0.0:
+        # A NaN ``old_phi0`` (no previous iterate) starts from a unit step, as in scipy.
+        if derphi0 != 0.0 and np.isfinite(old_phi0):
             alpha1 = min(1.0, 1.01 * 2.0 * (phi0 - old_phi0) / derphi0)
             if alpha1 < 0.0:
                 alpha1 = 1.0
