@@ -90,6 +90,18 @@ def compiled_call(name: str) -> Callable[[], object]:
     return lambda: fn(*values)
 
 
+def call_overhead_seconds(repeats: int, budget_s: float) -> float:
+    """One call of a compiled NUMBA identity function: the floor of any PyTensor call."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    x = pt.vector("x")
+    fn = pytensor.function([x], x + 1, mode="NUMBA")
+    fn.trust_input = True
+    value = np.zeros(2)
+    return median_call_seconds(lambda: fn(value), repeats, budget_s)
+
+
 def solve_times(cases, repeats: int, budget_s: float) -> dict[str, float]:
     import warnings
 
@@ -255,6 +267,10 @@ def main() -> None:
         )
     console = Console()
     console.print(table)
+    overhead = call_overhead_seconds(repeats, budget_s)
+    console.print(
+        f"A PyTensor call of a trivial NUMBA function costs {overhead * 1e6:.1f} us; the floor pays none of it."
+    )
 
     latency_table = Table(title="Compile + first call, fresh process (gpubackend)")
     for column in ("problem", "cold cache", "warm cache", "warm / cold"):
