@@ -166,7 +166,7 @@ def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | N
         return lowered, None
     key = sha256(
         str(
-            (type(op).__name__, plan, op.bound_kwargs, x_type.ndim, inner_key, SOLVER_CACHE_VERSION)
+            (type(op).__name__, plan, op.bound_kwargs, x_type.ndim, x_type.dtype, inner_key, SOLVER_CACHE_VERSION)
         ).encode()
     ).hexdigest()
     return lowered, key
