@@ -99,11 +99,12 @@ class JAXGPULinker(JAXLinker):
         output_dtypes = [getattr(output.type, "dtype", None) for output in fgraph.outputs]
 
         # Some stock lowerings return their accumulator dtype (a float32 Sum
-        # with acc_dtype=float64 comes back as float64 under x64); the graph's
-        # types are the contract. This runs at trace time only.
+        # with acc_dtype=float64 comes back as float64 under x64, and constant
+        # outputs can be Python floats); the graph's types are the contract.
+        # This runs at trace time only.
         def graph_typed_outputs(*args):
             return [
-                out if dtype is None or out.dtype == dtype else out.astype(dtype)
+                out if dtype is None or getattr(out, "dtype", None) == dtype else jax.numpy.asarray(out, dtype=dtype)
                 for out, dtype in zip(graph_fn(*args), output_dtypes, strict=True)
             ]
 

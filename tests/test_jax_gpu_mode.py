@@ -229,3 +229,17 @@ def test_function_without_outputs_runs_its_updates(target_device):
     fn()
     assert float(counter.get_value()) == 2.0
     assert counter.get_value(borrow=True).devices() == {target_device}
+
+
+def test_output_folded_to_a_python_float_keeps_the_graph_dtype(target_device):
+    # An inner output that folds to a constant reaches the jitted graph as a Python float.
+    from pytensor.compile.builders import OpFromGraph
+
+    a = pt.vector("a")
+    op = OpFromGraph([a], [pt.tanh(pt.constant(0.5)), a + 1.0], inline=False)
+    folded, shifted = op(a)
+    fn = pytensor.function([a], [folded, shifted], mode="JAX_GPU")
+    out_folded, out_shifted = fn(np.zeros(2))
+    assert np.asarray(out_folded).dtype == np.dtype(folded.type.dtype)
+    assert float(out_folded) == pytest.approx(np.tanh(np.float32(0.5)), rel=1e-6)
+    np.testing.assert_allclose(np.asarray(out_shifted), [1.0, 1.0])

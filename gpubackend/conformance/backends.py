@@ -1,0 +1,73 @@
+"""The backends the suite runs on, and which devices each pairs with."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ContextManager
+
+import jax
+from pytensor.compile.mode import Mode, get_mode
+
+from gpubackend.devices import resolve_device
+from gpubackend.mode import jax_gpu_mode
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    make_mode: Callable[[str], Mode]
+    host_only: bool
+    """Runs on the host whatever the device string; paired once with ``cpu``."""
+    device_resident: bool
+    """Outputs must stay on the target device, and warm calls must not transfer."""
+    bakes_inplace: bool
+    """Its baking rules destroy internal buffers of inner graphs (checked by ``baked``)."""
+    device_scope: Callable[[str], ContextManager]
+
+
+def _no_scope(device: str) -> ContextManager:
+    return contextlib.nullcontext()
+
+
+def _default_device_scope(device: str) -> ContextManager:
+    return jax.default_device(resolve_device(device))
+
+
+BACKENDS: dict[str, Backend] = {
+    "numba": Backend("numba", lambda device: get_mode("NUMBA"), True, False, True, _no_scope),
+    "jax": Backend("jax", jax_gpu_mode, False, True, False, _no_scope),
+    # Stock PyTensor JAX mode on the same device: the baseline reports can compare against.
+    "jax-stock": Backend("jax-stock", lambda device: get_mode("JAX"), False, False, False, _default_device_scope),
+}
+
+HOST_DEVICE = "cpu"
+
+
+def distinct_devices(devices: Sequence[str]) -> list[str]:
+    """The device strings naming distinct devices (``cpu`` and ``cpu:0`` are one), first spelling kept.
+
+    Raises `DeviceNotFoundError` for a device that does not exist: one clear
+    error rather than a column of failed cases.
+    """
+    seen: dict[jax.Device, str] = {}
+    for spec in devices:
+        seen.setdefault(resolve_device(spec), spec)
+    return list(seen.values())
+
+
+def backend_device_pairs(backends: Sequence[str], devices: Sequence[str]) -> list[tuple[Backend, str]]:
+    """Every (backend, device) to run. A host-only backend runs once, on ``cpu``, if any cpu device is asked for."""
+    unknown = [name for name in backends if name not in BACKENDS]
+    if unknown:
+        raise ValueError(f"Unknown conformance backend(s) {unknown}; expected some of {sorted(BACKENDS)}")
+    pairs = []
+    for name in backends:
+        backend = BACKENDS[name]
+        if backend.host_only:
+            if any(device.split(":")[0] == HOST_DEVICE for device in devices):
+                pairs.append((backend, HOST_DEVICE))
+        else:
+            pairs.extend((backend, device) for device in distinct_devices(devices))
+    return pairs

@@ -1,0 +1,76 @@
+"""``python -m gpubackend conformance ...``: run the suite, or merge runners' reports."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+
+from gpubackend.conformance.backends import BACKENDS, backend_device_pairs
+from gpubackend.conformance.reports import load_report, merge_reports, print_summary, write_reports
+from gpubackend.conformance.runner import run_and_report
+from gpubackend.devices import DeviceNotFoundError
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpubackend conformance",
+        description="Run the conformance catalogue on backends and devices. "
+        "Use 'python -m gpubackend conformance merge A.json B.json --out DIR' to merge runners.",
+    )
+    parser.add_argument("--backend", nargs="+", default=["numba", "jax"], choices=sorted(BACKENDS))
+    parser.add_argument("--device", nargs="+", default=["cpu"], help="cpu, cpu:N, gpu or gpu:N (several allowed)")
+    parser.add_argument("--out", required=True, help="directory for conformance.{json,xml,md,html}")
+    parser.add_argument("--label", default="", help="runner label stored in the report, e.g. 'gpu-leg'")
+    parser.add_argument("--cases", default=None, help="only cases whose name contains this (comma-separated)")
+    parser.add_argument("--generated", type=int, default=0, help="also run N Hypothesis-generated graphs")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def _merge_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpubackend conformance merge", description="Merge several runners' conformance.json"
+    )
+    parser.add_argument("reports", nargs="+", help="conformance.json files")
+    parser.add_argument("--out", required=True)
+    return parser
+
+
+def _merge(argv: list[str], console: Console) -> int:
+    args = _merge_parser().parse_args(argv)
+    report = merge_reports([load_report(path) for path in args.reports])
+    print_summary(report, write_reports(report, args.out, junit=False), console)
+    return 1 if report.failed else 0
+
+
+def _run(argv: list[str], console: Console) -> int:
+    args = _run_parser().parse_args(argv)
+    try:
+        backend_device_pairs(args.backend, args.device)
+    except (DeviceNotFoundError, ValueError) as error:
+        console.print(f"[red]conformance: {escape(str(error))}[/red]")
+        return 2
+    return run_and_report(
+        args.backend,
+        args.device,
+        args.out,
+        label=args.label,
+        console=console,
+        cases=args.cases,
+        generated=args.generated,
+        progress=not args.no_progress,
+    )
+
+
+def main(argv: list[str]) -> int:
+    console = Console(stderr=True, soft_wrap=True)
+    if argv[:1] == ["merge"]:
+        return _merge(argv[1:], console)
+    return _run(argv, console)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,102 @@
+"""The result model: checks, per-case results, and a whole run's report."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PASS = "pass"
+FAIL = "fail"
+UNSUPPORTED = "unsupported"
+OBJECT_MODE = "object-mode"
+STATUSES = (PASS, FAIL, UNSUPPORTED, OBJECT_MODE)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class CaseResult:
+    case: str
+    family: str
+    backend: str
+    device: str
+    status: str
+    checks: list[CheckResult] = field(default_factory=list)
+    detail: str = ""
+    runner: str = ""
+    batch_axes: tuple[int | None, ...] | None = None
+    seconds: float = 0.0
+
+    @property
+    def column(self) -> str:
+        """The matrix column: runner label (when set), backend and device."""
+        prefix = f"{self.runner} " if self.runner else ""
+        return f"{prefix}{self.backend} @ {self.device}"
+
+    @property
+    def failed_checks(self) -> list[CheckResult]:
+        return [check for check in self.checks if not check.ok]
+
+    def summary_line(self) -> str:
+        """One line: why the case is not passing (the status detail, then failing checks)."""
+        problems = [f"{check.name}: {check.detail}" for check in self.failed_checks if check.detail not in self.detail]
+        return "; ".join(filter(None, [self.detail, *problems])) or "all checks ok"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CaseResult:
+        checks = [CheckResult(**check) for check in data.get("checks", [])]
+        fields = {key: value for key, value in data.items() if key in cls.__dataclass_fields__ and key != "checks"}
+        if fields.get("batch_axes") is not None:
+            fields["batch_axes"] = tuple(fields["batch_axes"])
+        return cls(checks=checks, **fields)
+
+
+@dataclass
+class Report:
+    environment: dict[str, Any]
+    results: list[CaseResult] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        per_column: dict[str, Counter] = {}
+        for result in self.results:
+            per_column.setdefault(result.column, Counter())[result.status] += 1
+        totals = Counter(result.status for result in self.results)
+        return {
+            "total": {status: totals.get(status, 0) for status in STATUSES},
+            "per_column": {
+                column: {status: counts.get(status, 0) for status in STATUSES} for column, counts in per_column.items()
+            },
+        }
+
+    def summary_line(self) -> str:
+        parts = []
+        for column, counts in self.summary()["per_column"].items():
+            parts.append(f"{column}: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES))
+        return " | ".join(parts)
+
+    @property
+    def failed(self) -> bool:
+        return any(result.status == FAIL for result in self.results)
+
+    def columns(self) -> list[str]:
+        return list(dict.fromkeys(result.column for result in self.results))
+
+    def cases(self) -> list[str]:
+        return list(dict.fromkeys(result.case for result in self.results))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "environment": self.environment,
+            "summary": self.summary(),
+            "results": [asdict(result) for result in self.results],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Report:
+        return cls(data["environment"], [CaseResult.from_json(result) for result in data["results"]])

@@ -1,0 +1,199 @@
+"""Run catalogue cases on backends and devices, producing a `Report`."""
+
+from __future__ import annotations
+
+import re
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytensor
+from pytensor.compile.executor import Function
+from pytensor.compile.mode import Mode
+from rich.console import Console
+
+from gpubackend.conformance.backends import Backend, backend_device_pairs
+from gpubackend.conformance.catalogue import Case, CaseGraph, select_cases
+from gpubackend.conformance.checks import (
+    check_baked,
+    check_canonical_intact,
+    check_numerics,
+    check_resident,
+    check_rewrite_free,
+    error_summary,
+    guarded,
+    host_copy,
+)
+from gpubackend.conformance.environment import environment
+from gpubackend.conformance.fingerprint import fingerprint
+from gpubackend.conformance.probe import CALL, RewriteFreeProbe
+from gpubackend.conformance.progress import progress_bar
+from gpubackend.conformance.reports import print_summary, write_reports
+from gpubackend.conformance.results import FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
+
+REFERENCE_MODE = "FAST_COMPILE"
+"""PyTensor's Python backend: the independent reference where a case has no closed form."""
+
+_UNSUPPORTED_MESSAGE = re.compile(
+    r"No JAX conversion|Dispatch not implemented|cannot yet be converted|not (yet )?implemented", re.IGNORECASE
+)
+_OBJECT_MODE_MESSAGE = re.compile(r"object mode", re.IGNORECASE)
+
+
+def is_unsupported(error: BaseException) -> bool:
+    """A lowering that does not exist, as opposed to one that breaks."""
+    return isinstance(error, NotImplementedError) or bool(_UNSUPPORTED_MESSAGE.search(str(error)))
+
+
+@dataclass
+class PreparedCase:
+    """A case's graph, built once and shared by every backend, with its reference values."""
+
+    case: Case
+    graph: CaseGraph | None
+    reference: list[np.ndarray] | None
+    error: str = ""
+
+
+def prepare(case: Case) -> PreparedCase:
+    try:
+        graph = case.build()
+        reference = graph.reference
+        if reference is None:
+            reference_fn = _compile(graph, REFERENCE_MODE)
+            reference = host_copy(reference_fn(*graph.values))
+    except Exception as error:  # noqa: BLE001 - reported as the case's failure
+        return PreparedCase(case, None, None, f"building the case or its reference failed: {error_summary(error)}")
+    return PreparedCase(case, graph, [np.asarray(r) for r in reference])
+
+
+def _compile(graph: CaseGraph, mode: Mode | str) -> Function:
+    # Generated graphs may leave an input unused; that is not what the suite checks.
+    return pytensor.function(graph.inputs, graph.outputs, mode=mode, on_unused_input="ignore")
+
+
+def run_on(prepared: PreparedCase, backend: Backend, device: str) -> CaseResult:
+    """Compile once on ``backend``/``device``, call twice, and run every check on that function."""
+    case = prepared.case
+    result = CaseResult(case.name, case.family, backend.name, device, FAIL, batch_axes=case.batch_axes)
+    started = time.perf_counter()
+    try:
+        if prepared.graph is None:
+            result.detail = prepared.error
+            return result
+        _compile_call_and_check(prepared, backend, device, result)
+        return result
+    finally:
+        result.seconds = round(time.perf_counter() - started, 3)
+
+
+def _compile_call_and_check(prepared: PreparedCase, backend: Backend, device: str, result: CaseResult) -> None:
+    case, graph = prepared.case, prepared.graph
+    before = fingerprint(graph.outputs)
+    probe = RewriteFreeProbe()
+    with warnings.catch_warnings(record=True) as caught, backend.device_scope(device):
+        warnings.simplefilter("always")
+        with probe.installed():
+            stage = "compile"
+            try:
+                mode = backend.make_mode(device)
+                fn = probe.compile(lambda: _compile(graph, mode))
+                stage = "call"
+                with probe.phase(CALL):
+                    first = host_copy(fn(*graph.values))
+                    second_raw = fn(*graph.values)
+                    second = host_copy(second_raw)
+                    resident = (
+                        guarded("resident", lambda: check_resident(fn, graph, device, second_raw))
+                        if backend.device_resident
+                        else None
+                    )
+            except Exception as error:  # noqa: BLE001 - classified and reported
+                result.status = UNSUPPORTED if is_unsupported(error) else FAIL
+                result.detail = f"{stage}: {error_summary(error)}"
+                result.checks = [CheckResult(stage, False, error_summary(error))]
+                return
+    numerics = guarded("numerics", lambda: check_numerics(graph, prepared.reference, [first, second]))
+    result.checks = [
+        numerics,
+        guarded("canonical_intact", lambda: check_canonical_intact(graph, before)),
+        check_rewrite_free(probe),
+        guarded("baked", lambda: check_baked(case, graph, fn, bakes_inplace=backend.bakes_inplace)),
+    ]
+    if resident is not None:
+        result.checks.append(resident)
+    object_mode = sorted({str(w.message).split(". ")[0] for w in caught if _OBJECT_MODE_MESSAGE.search(str(w.message))})
+    if object_mode and numerics.ok:
+        result.status = OBJECT_MODE
+        result.detail = "; ".join(object_mode)
+    else:
+        result.status = PASS if all(check.ok for check in result.checks) else FAIL
+
+
+def run_cases(
+    cases: Sequence[Case],
+    backends: Sequence[str],
+    devices: Sequence[str],
+    label: str = "",
+    progress: bool = True,
+) -> Report:
+    pairs = backend_device_pairs(backends, devices)
+    report = Report(environment(devices, label))
+    with _progress(progress, len(cases) * len(pairs)) as advance:
+        for case in cases:
+            prepared = prepare(case)
+            for backend, device in pairs:
+                advance(f"{case.name} · {backend.name} @ {device}")
+                result = run_on(prepared, backend, device)
+                result.runner = label
+                report.results.append(result)
+        advance("done")
+    return report
+
+
+def run_suite(
+    backends: Sequence[str],
+    devices: Sequence[str],
+    out_dir: str | Path | None = None,
+    label: str = "",
+    cases: str | None = None,
+    generated: int = 0,
+    progress: bool = True,
+) -> Report:
+    """Run the catalogue (filtered by ``cases``) plus ``generated`` Hypothesis graphs; write reports to ``out_dir``."""
+    selected = select_cases(cases)
+    if generated:
+        # Hypothesis is imported only when graphs are generated.
+        from gpubackend.conformance.strategies import generated_cases
+
+        selected += generated_cases(generated)
+    report = run_cases(selected, backends, devices, label=label, progress=progress)
+    if out_dir is not None:
+        write_reports(report, out_dir)
+    return report
+
+
+def run_and_report(
+    backends: Sequence[str],
+    devices: Sequence[str],
+    out_dir: str | Path,
+    label: str = "",
+    console: Console | None = None,
+    cases: str | None = None,
+    generated: int = 0,
+    progress: bool = True,
+) -> int:
+    """Run the suite, write every report to ``out_dir``, print the summary; 1 when any case fails, else 0."""
+    report = run_suite(backends, devices, label=label, cases=cases, generated=generated, progress=progress)
+    paths = write_reports(report, out_dir)
+    print_summary(report, paths, console or Console(stderr=True, soft_wrap=True))
+    return 1 if report.failed else 0
+
+
+def _progress(enabled: bool, total: int) -> AbstractContextManager[Callable[[str], None]]:
+    """A context giving ``advance(description)``; a rich progress bar when enabled."""
+    return progress_bar(total) if enabled else nullcontext(lambda description: None)

@@ -1,0 +1,104 @@
+"""Adapters between a lowered optimize-op inner graph and the Numba solvers.
+
+The solvers work in float64 on a vector (or a float for scalar problems), as
+scipy does. The inner graph takes ``x`` with the op's dtype and rank (a 0-d
+``x`` is allowed by `MinimizeOp`/`RootOp`). Each factory below is called once
+at lowering time and returns a jitted ``fun(x, args)`` that casts only where
+the dtype or rank differ, so a float64 vector problem is called as is.
+"""
+
+from collections.abc import Callable
+
+import numpy as np
+
+from pytensor.link.numba.dispatch.basic import numba_njit
+
+
+def _identity(x):
+    return x
+
+
+def vector_to_inner(ndim: int, dtype: str) -> Callable:
+    """float64 solver vector -> inner-graph ``x`` of rank ``ndim`` and ``dtype``."""
+    scalar_type = np.dtype(dtype).type
+    if ndim == 0:
+        return numba_njit(lambda x: np.asarray(scalar_type(x[0])))
+    if np.dtype(dtype) == np.float64:
+        return numba_njit(_identity)
+    return numba_njit(lambda x: x.astype(scalar_type))
+
+
+def scalar_to_inner(dtype: str) -> Callable:
+    """float solver value -> 0-d inner-graph ``x`` of ``dtype``."""
+    scalar_type = np.dtype(dtype).type
+    return numba_njit(lambda x: np.asarray(scalar_type(x)))
+
+
+@numba_njit
+def as_float64_vector(value):
+    # ravel copies only when ``value`` is 0-d or not contiguous.
+    return np.asarray(value, dtype=np.float64).ravel()
+
+
+@numba_njit
+def as_float64_matrix(value):
+    return np.asarray(value, dtype=np.float64)
+
+
+@numba_njit
+def as_float(value) -> float:
+    return float(np.asarray(value).item())
+
+
+def value_and_gradient(inner: Callable, to_inner: Callable) -> Callable:
+    """``fun(x, args) -> (f, grad)`` from an inner graph returning (objective, grad, ...)."""
+
+    @numba_njit
+    def fun(x, args):
+        outputs = inner(to_inner(x), *args)
+        return as_float(outputs[0]), as_float64_vector(outputs[1])
+
+    return fun
+
+
+def residual_and_jacobian(inner: Callable, to_inner: Callable) -> Callable:
+    """``fun(x, args) -> (F, J)`` from an inner graph returning (equations, jacobian)."""
+
+    @numba_njit
+    def fun(x, args):
+        residual, jacobian = inner(to_inner(x), *args)
+        return as_float64_vector(residual), as_float64_matrix(jacobian)
+
+    return fun
+
+
+def scalar_value(inner: Callable, to_inner: Callable) -> Callable:
+    """``fun(x, args) -> f`` for a scalar problem (first inner output)."""
+
+    @numba_njit
+    def fun(x, args):
+        return as_float(inner(to_inner(x), *args)[0])
+
+    return fun
+
+
+def scalar_value_and_derivative(inner: Callable, to_inner: Callable) -> Callable:
+    """``fun(x, args) -> (f, f')`` for a scalar problem with a derivative output."""
+
+    @numba_njit
+    def fun(x, args):
+        outputs = inner(to_inner(x), *args)
+        return as_float(outputs[0]), as_float(outputs[1])
+
+    return fun
+
+
+def value_gradient_and_hessian(inner: Callable, to_inner: Callable) -> Callable:
+    """``fun(x, args) -> (f, grad, hess)`` from an inner graph returning (objective, grad, hessian)."""
+
+    @numba_njit
+    def fun(x, args):
+        outputs = inner(to_inner(x), *args)
+        return as_float(outputs[0]), as_float64_vector(outputs[1]), as_float64_matrix(outputs[2])
+
+    return fun

@@ -1,0 +1,78 @@
+"""Bake inplace into optimize-op inner graphs that gpubackend lowers to Numba.
+
+Stock PyTensor keeps these inner graphs functional under `NumbaLinker`, since
+it never funcifies the ops. gpubackend does (`gpubackend.dispatch.numba_optimize`),
+so an op with a native solver gets the `OpFromGraph` treatment: inputs are
+protected by a Supervisor, inplace is allowed between internal buffers, and
+boundary deepcopies stop an output from aliasing an input. The solver calls the
+inner function many times with the same argument arrays, so those must survive.
+
+An op without a native solver runs through the object-mode fallback, whose
+scipy wrapper re-links the graph with `FunctionMaker` and, for scalar or 0-d
+problems, rebuilds it around a new input with ``graph_replace``; it keeps
+stock PyTensor's functional graph so nothing changes on that path.
+
+Vectorised (`Blockwise`) optimize ops need their core output shapes made
+explicit for PyTensor's Numba `Blockwise` lowering. Stock PyTensor derives
+them from the core op's ``infer_shape``, which these ops lack, and then runs
+the whole `Blockwise` in object mode; the solution has the shape of ``x``, so
+`introduce_core_shape_optimize_blockwise` states that directly.
+"""
+
+from pytensor.compile import optdb
+from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
+from pytensor.compile.io import In, Out
+from pytensor.graph.rewriting.basic import dfs_rewriter, node_rewriter
+from pytensor.link.numba.linker import NumbaLinker
+from pytensor.tensor.basic import as_tensor, constant
+from pytensor.tensor.blockwise import Blockwise, BlockwiseWithCoreShape
+from pytensor.tensor.optimize import ScipyWrapperOp, rewrite_optimize_inner_graph
+from pytensor.tensor.rewriting.optimize import jit_rewrite_optimize_inner_graph
+
+from gpubackend.dispatch.numba_optimize_plan import has_native_solver
+
+
+@rewrite_optimize_inner_graph.register(NumbaLinker)
+def numba_rewrite_optimize_inner_graph(linker, op, node, inner, *, mode) -> None:
+    if not has_native_solver(op):
+        jit_rewrite_optimize_inner_graph(linker, op, node, inner, mode=mode)
+        return
+    input_specs = [In(x, borrow=True, mutable=False) for x in inner.inputs]
+    add_supervisor_to_fgraph(fgraph=inner, input_specs=input_specs, accept_inplace=True)
+    mode.optimizer.rewrite(inner)
+    output_specs = [Out(o, borrow=False) for o in inner.outputs]
+    insert_deepcopy(inner, wrapped_inputs=input_specs, wrapped_outputs=output_specs)
+
+
+@node_rewriter([Blockwise])
+def introduce_core_shape_optimize_blockwise(fgraph, node):
+    """Wrap a `Blockwise` of a natively lowered optimize op in `BlockwiseWithCoreShape`.
+
+    The core solution has the core shape of ``x`` (the first input) and the
+    success flag is a scalar. Only ``x``'s own shape is read, so this is safe
+    after inplacing, like PyTensor's `introduce_explicit_core_shape_blockwise`.
+    """
+    op: Blockwise = node.op
+    core_op = op.core_op
+    if not isinstance(core_op, ScipyWrapperOp) or not has_native_solver(core_op):
+        return None
+    x = node.inputs[0]
+    core_ndim = core_op.inner_inputs[0].type.ndim
+    x_core_dims = [x.shape[x.type.ndim - core_ndim + i] for i in range(core_ndim)]
+    solution_core_shape = as_tensor(x_core_dims, dtype="int64") if x_core_dims else constant([], dtype="int64")
+    success_core_shape = constant([], dtype="int64")
+    return BlockwiseWithCoreShape(
+        [*node.inputs, solution_core_shape, success_core_shape],
+        node.outputs,
+        destroy_map=op.destroy_map,
+    )(*node.inputs, solution_core_shape, success_core_shape, return_list=True)
+
+
+# Just before PyTensor's generic core-shape rewrite (position 100), which would
+# give up on these nodes.
+optdb.register(
+    introduce_core_shape_optimize_blockwise.__name__,
+    dfs_rewriter(introduce_core_shape_optimize_blockwise),
+    "numba",
+    position=99.9,
+)

@@ -1,0 +1,11 @@
+"""Numerical solvers written in Numba, one concept per module.
+
+Every solver takes the problem as a first argument ``fun`` that is itself a
+Numba-compiled function, plus a tuple ``args`` forwarded to it. Numba
+specialises the solver on the type of ``fun``, so the objective is compiled
+into the solver (no Python call per evaluation) and the result can be cached
+on disk with the function that calls it.
+
+Solvers never raise on non-convergence: they return the last iterate with a
+``converged`` flag.
+"""

@@ -1,0 +1,41 @@
+"""Bisection root finding (port of scipy's ``bisect.c``)."""
+
+from collections.abc import Callable
+
+import numpy as np
+
+from gpubackend.solvers.jit import solver_njit
+
+
+def make_bisect(fun: Callable) -> Callable:
+    """``solve(args, x0, bracket, (xtol, rtol, maxiter)) -> (x, converged)``; ``x0`` is unused.
+
+    A bracket without a sign change gives ``converged=False`` (scipy raises).
+    """
+
+    @solver_njit
+    def solve(args, x0, bracket, settings):
+        xtol, rtol, maxiter = settings
+        if bracket.shape[0] < 2:
+            return np.nan, False
+        xa, xb = bracket[0], bracket[1]
+        fa = fun(xa, args)
+        fb = fun(xb, args)
+        if fa * fb > 0:
+            return xa, False
+        if fa == 0:
+            return xa, True
+        if fb == 0:
+            return xb, True
+        dm = xb - xa
+        for _ in range(maxiter):
+            dm *= 0.5
+            xm = xa + dm
+            fm = fun(xm, args)
+            if fm * fa >= 0:
+                xa = xm
+            if fm == 0 or abs(dm) < xtol + rtol * abs(xm):
+                return xm, True
+        return xa, False
+
+    return solve

@@ -1,0 +1,63 @@
+"""Brent's root bracketing method (port of scipy's ``brentq.c``)."""
+
+from collections.abc import Callable
+
+import numpy as np
+
+from gpubackend.solvers.jit import solver_njit
+
+
+def make_brentq(fun: Callable) -> Callable:
+    """``solve(args, x0, bracket, (xtol, rtol, maxiter)) -> (x, converged)``; ``x0`` is unused.
+
+    A bracket without a sign change gives ``converged=False`` (scipy raises).
+    """
+
+    @solver_njit
+    def solve(args, x0, bracket, settings):
+        xtol, rtol, maxiter = settings
+        if bracket.shape[0] < 2:
+            return np.nan, False
+        xpre, xcur = bracket[0], bracket[1]
+        xblk = fblk = spre = scur = 0.0
+        fpre = fun(xpre, args)
+        fcur = fun(xcur, args)
+        if fpre == 0:
+            return xpre, True
+        if fcur == 0:
+            return xcur, True
+        if np.signbit(fpre) == np.signbit(fcur):
+            return xcur, False
+        for _ in range(maxiter):
+            if fpre != 0 and fcur != 0 and np.signbit(fpre) != np.signbit(fcur):
+                xblk, fblk = xpre, fpre
+                spre = scur = xcur - xpre
+            if abs(fblk) < abs(fcur):
+                xpre, xcur, xblk = xcur, xblk, xcur
+                fpre, fcur, fblk = fcur, fblk, fcur
+            delta = (xtol + rtol * abs(xcur)) / 2
+            sbis = (xblk - xcur) / 2
+            if fcur == 0 or abs(sbis) < delta:
+                return xcur, True
+            if abs(spre) > delta and abs(fcur) < abs(fpre):
+                if xpre == xblk:
+                    stry = -fcur * (xcur - xpre) / (fcur - fpre)
+                else:
+                    dpre = (fpre - fcur) / (xpre - xcur)
+                    dblk = (fblk - fcur) / (xblk - xcur)
+                    stry = -fcur * (fblk * dblk - fpre * dpre) / (dblk * dpre * (fblk - fpre))
+                if 2 * abs(stry) < min(abs(spre), 3 * abs(sbis) - delta):
+                    spre, scur = scur, stry
+                else:
+                    spre = scur = sbis
+            else:
+                spre = scur = sbis
+            xpre, fpre = xcur, fcur
+            if abs(scur) > delta:
+                xcur += scur
+            else:
+                xcur += delta if sbis > 0 else -delta
+            fcur = fun(xcur, args)
+        return xcur, False
+
+    return solve

@@ -1,0 +1,89 @@
+"""Line-search Newton-CG minimisation with an analytic Hessian (port of scipy's ``_minimize_newtoncg``).
+
+The Newton system is solved by truncated conjugate gradients (forcing term
+``min(0.5, sqrt(|g|_1)) |g|_1``, stopping at negative curvature), followed by
+the strong-Wolfe line search. Converges when the 1-norm of the last update is
+at most ``xtol``. ``fun(x, args)`` returns ``(f, grad, hess)``.
+"""
+
+from collections.abc import Callable
+
+import numpy as np
+
+from gpubackend.solvers.jit import solver_njit
+from gpubackend.solvers.line_search import make_strong_wolfe
+
+_EPS = np.finfo(np.float64).eps
+
+
+@solver_njit
+def truncated_cg(hessian, gradient):
+    """``(ok, p)``: approximate solution of ``H p = -g``; ``ok`` is False if CG ran out of iterations."""
+    maggrad = np.sum(np.abs(gradient))
+    termcond = min(0.5, np.sqrt(maggrad)) * maggrad
+    step = np.zeros_like(gradient)
+    residual = gradient.copy()
+    direction = -residual
+    dri0 = np.dot(residual, residual)
+    for i in range(20 * gradient.shape[0]):
+        if np.sum(np.abs(residual)) <= termcond:
+            return True, step
+        hp = hessian @ direction
+        curvature = np.dot(direction, hp)
+        if 0.0 <= curvature <= 3.0 * _EPS:
+            return True, step
+        if curvature < 0.0:
+            if i == 0:
+                # Negative curvature at once: a scaled steepest-descent step.
+                return True, (dri0 / -curvature) * -gradient
+            return True, step
+        alpha = dri0 / curvature
+        step = step + alpha * direction
+        residual = residual + alpha * hp
+        dri1 = np.dot(residual, residual)
+        direction = -residual + (dri1 / dri0) * direction
+        dri0 = dri1
+    return False, step
+
+
+def make_newton_cg(fun: Callable) -> Callable:
+    """``solve(x0, args, (xtol, maxiter, c1, c2)) -> (x, converged)``; ``maxiter < 0`` means ``200 * n``."""
+
+    @solver_njit
+    def value_and_gradient(x, args):
+        f, g, _ = fun(x, args)
+        return f, g
+
+    line_search = make_strong_wolfe(value_and_gradient)
+
+    @solver_njit
+    def solve(x0, args, settings):
+        xtol, maxiter, c1, c2 = settings
+        xk = x0.astype(np.float64)
+        n = xk.shape[0]
+        if maxiter < 0:
+            maxiter = 200 * n
+        fk, gk, hk = fun(xk, args)
+        old_fk = np.nan
+        update_size = 2.0 * xtol
+        k = 0
+        while update_size > xtol:
+            if k >= maxiter:
+                return xk, False
+            ok, pk = truncated_cg(hk, gk)
+            if not ok:
+                return xk, False
+            found, alpha, f_new, g_new = line_search(xk, pk, args, fk, gk, old_fk, c1, c2)
+            if not found:
+                return xk, False
+            update = alpha * pk
+            xk = xk + update
+            old_fk = fk
+            fk, gk, hk = fun(xk, args)
+            update_size = np.sum(np.abs(update))
+            k += 1
+            if np.isnan(fk) or np.isnan(update_size):
+                return xk, False
+        return xk, True
+
+    return solve

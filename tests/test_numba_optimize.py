@@ -1,0 +1,361 @@
+"""Native Numba lowering of the optimize ops (gpubackend.dispatch.numba_optimize).
+
+References are independent of the code under test: scipy run by PyTensor's
+Python backend (``FAST_COMPILE``), or closed forms. Each module fixture builds
+one compiled function holding several problems, because every Numba compile
+costs seconds.
+"""
+
+import warnings
+from contextlib import contextmanager
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.io import In, Out
+from pytensor.compile.maker import FunctionMaker
+from pytensor.compile.mode import get_mode
+from pytensor.graph.replace import vectorize_graph
+from pytensor.graph.rewriting.basic import GraphRewriter
+from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+from pytensor.tensor.blockwise import Blockwise, BlockwiseWithCoreShape
+from pytensor.tensor.optimize import (
+    MinimizeOp,
+    ScipyWrapperOp,
+    minimize,
+    minimize_scalar,
+    root,
+    root_scalar,
+)
+
+from gpubackend.dispatch.numba_optimize import ObjectModeFallbackWarning
+
+RTOL = 1e-6
+REFERENCE_MODE = "FAST_COMPILE"
+
+
+def numba_function(inputs, outputs):
+    """Compile under NUMBA, failing if any optimize op fell back to object mode."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ObjectModeFallbackWarning)
+        return pytensor.function(inputs, outputs, mode="NUMBA")
+
+
+def rosenbrock(x, a):
+    return (a - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2
+
+
+def optimize_ops(fgraph):
+    return [node.op for node in fgraph.apply_nodes if isinstance(node.op, ScipyWrapperOp)]
+
+
+def frozen_snapshot(op):
+    nodes = op.fgraph.toposort()
+    return op.fgraph, [(node, node.op, tuple(node.inputs), dict(node.op.destroy_map)) for node in nodes]
+
+
+def solve_with_both_backends(problems, inputs, wrt, values, reference_problems=None):
+    """Per problem: ((solution, success, gradient) under NUMBA, the same under the reference).
+
+    All problems share one compiled function per backend; ``gradient`` is
+    d sum(solution) / d ``wrt`` (implicit-function theorem), or the solution
+    again when ``wrt`` is None (the gradient graph is the op's, not the
+    method's, so methods sharing a problem need it checked only once).
+    """
+
+    def outputs_of(chosen):
+        outputs = []
+        for solution, success in chosen.values():
+            gradient = solution if wrt is None else pytensor.grad(solution.sum(), wrt)
+            outputs += [solution, success, gradient]
+        return outputs
+
+    got = numba_function(inputs, outputs_of(problems))(*values)
+    reference = outputs_of(reference_problems or problems)
+    expected = pytensor.function(inputs, reference, mode=REFERENCE_MODE)(*values)
+    return {name: (got[3 * i : 3 * i + 3], expected[3 * i : 3 * i + 3]) for i, name in enumerate(problems)}
+
+
+def assert_matches_reference(result, rtol=RTOL):
+    (solution, success, gradient), (want_solution, want_success, want_gradient) = result
+    assert bool(success) and bool(want_success)
+    np.testing.assert_allclose(solution, want_solution, rtol=rtol)
+    np.testing.assert_allclose(gradient, want_gradient, rtol=rtol)
+
+
+@pytest.fixture(scope="module")
+def bfgs_problem():
+    x = pt.vector("x")
+    a = pt.scalar("a")
+    solution, success = minimize(rosenbrock(x, a), x, method="BFGS", optimizer_kwargs={"tol": 1e-10})
+    gradient = pytensor.grad(solution.sum(), a)
+    inputs, outputs = [x, a], [solution, success, gradient]
+    canonical_op = solution.owner.op
+    snapshot = frozen_snapshot(canonical_op)
+    fn = numba_function(inputs, outputs)
+    values = (np.array([-1.2, 1.0]), 1.3)
+    got = [fn(*values) for _ in range(2)]
+    expected = pytensor.function(inputs, outputs, mode=REFERENCE_MODE)(*values)
+    return {
+        "x": x,
+        "a": a,
+        "solution": solution,
+        "fn": fn,
+        "inputs": inputs,
+        "outputs": outputs,
+        "values": values,
+        "got": got,
+        "expected": expected,
+        "canonical_op": canonical_op,
+        "snapshot": snapshot,
+    }
+
+
+def test_bfgs_matches_scipy_including_ift_gradient(bfgs_problem):
+    for got in bfgs_problem["got"]:
+        assert_matches_reference((got, bfgs_problem["expected"]))
+    # Closed form for Rosenbrock: x* = (a, a^2), so d(sum x*)/da = 1 + 2a.
+    a = bfgs_problem["values"][1]
+    np.testing.assert_allclose(bfgs_problem["got"][0][0], [a, a**2], rtol=RTOL)
+    np.testing.assert_allclose(bfgs_problem["got"][0][2], 1 + 2 * a, rtol=RTOL)
+
+
+@pytest.fixture(scope="module")
+def minimize_methods_problem():
+    x = pt.vector("x")
+    a = pt.scalar("a")
+    objective = rosenbrock(x, a)
+    tight = {"tol": 1e-12}
+    problems = {
+        "L-BFGS-B": minimize(objective, x, method="L-BFGS-B", optimizer_kwargs=tight),
+        "L-BFGS-B_bounded": minimize(
+            objective, x, method="L-BFGS-B", optimizer_kwargs={**tight, "bounds": [(None, 0.9), (0.0, 2.0)]}
+        ),
+        "Newton-CG": minimize(
+            objective, x, method="Newton-CG", hess=True, use_vectorized_jac=True, optimizer_kwargs=tight
+        ),
+        "trust-exact": minimize(
+            objective, x, method="trust-exact", hess=True, use_vectorized_jac=True, optimizer_kwargs=tight
+        ),
+    }
+    # BFGS's fixture checks the implicit gradient of this same objective.
+    return solve_with_both_backends(problems, [x, a], None, (np.array([-1.2, 1.0]), 1.3))
+
+
+@pytest.mark.parametrize("name", ["L-BFGS-B", "L-BFGS-B_bounded", "Newton-CG", "trust-exact"])
+def test_minimize_method_matches_scipy(minimize_methods_problem, name):
+    assert_matches_reference(minimize_methods_problem[name])
+
+
+def test_lowering_is_native_and_inner_graph_is_baked_inplace(bfgs_problem):
+    [compiled_op] = optimize_ops(bfgs_problem["fn"].maker.fgraph)
+    canonical_op = bfgs_problem["canonical_op"]
+    assert compiled_op is not canonical_op
+    baked = [node for node in compiled_op.fgraph.apply_nodes if node.op.destroy_map]
+    assert baked, "no inplace was baked into the compiled inner graph"
+    protected = set(compiled_op.fgraph.inputs)
+    for node in baked:
+        for positions in node.op.destroy_map.values():
+            assert not protected & {node.inputs[i] for i in positions}, f"{node} destroys an inner input"
+    assert not any(node.op.destroy_map for node in canonical_op.fgraph.apply_nodes)
+
+
+def test_canonical_graph_unchanged_and_gradient_rederivable(bfgs_problem):
+    canonical_op = bfgs_problem["canonical_op"]
+    assert bfgs_problem["solution"].owner.op is canonical_op
+    fgraph, nodes = bfgs_problem["snapshot"]
+    assert canonical_op.fgraph is fgraph
+    assert [(n, n.op, tuple(n.inputs), dict(n.op.destroy_map)) for n in fgraph.toposort()] == nodes
+    gradient = pytensor.grad(bfgs_problem["solution"].sum(), bfgs_problem["a"])
+    rederived = pytensor.function(bfgs_problem["inputs"], gradient, mode=REFERENCE_MODE)(*bfgs_problem["values"])
+    np.testing.assert_allclose(rederived, bfgs_problem["expected"][2], rtol=RTOL)
+
+
+@contextmanager
+def record_compiles_and_rewrites():
+    """Record nested compiles and rewriter runs; restores PyTensor on exit."""
+    calls: list[str] = []
+    patched = [
+        (FunctionMaker, "__init__"),
+        (GraphRewriter, "rewrite"),
+        (pytensor.compile.maker, "function"),
+        (pytensor, "function"),
+    ]
+    originals = [getattr(owner, name) for owner, name in patched]
+
+    def spy(label, original):
+        def wrapper(*args, **kwargs):
+            calls.append(label)
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    for (owner, name), original in zip(patched, originals):
+        setattr(owner, name, spy(f"{getattr(owner, '__name__', owner)}.{name}", original))
+    try:
+        yield calls
+    finally:
+        for (owner, name), original in zip(patched, originals):
+            setattr(owner, name, original)
+
+
+def link_and_call_twice(inputs, outputs, values):
+    mode = get_mode("NUMBA")
+    maker = FunctionMaker([In(i) for i in inputs], [Out(o) for o in outputs], mode)
+    with record_compiles_and_rewrites() as calls:
+        fn = maker.create()
+        results = [fn(*values) for _ in range(2)]
+    return calls, results
+
+
+def test_link_and_calls_are_rewrite_free(bfgs_problem):
+    calls, results = link_and_call_twice(bfgs_problem["inputs"], bfgs_problem["outputs"], bfgs_problem["values"])
+    assert calls == []
+    np.testing.assert_allclose(results[1][0], bfgs_problem["expected"][0], rtol=RTOL)
+
+
+def test_contract_check_detects_object_mode_fallback():
+    """The spy above must see the nested compile scipy's object-mode path makes."""
+    x = pt.vector("x")
+    a = pt.scalar("a")
+    solution, _ = minimize(rosenbrock(x, a), x, method="Nelder-Mead")
+    with pytest.warns(ObjectModeFallbackWarning):
+        calls, _ = link_and_call_twice([x, a], [solution], (np.array([-1.2, 1.0]), 1.3))
+    assert any("FunctionMaker" in call for call in calls)
+
+
+def test_fallback_warns_once_naming_the_method_and_matches_scipy():
+    x = pt.vector("x")
+    a = pt.scalar("a")
+    solution, success = minimize(rosenbrock(x, a), x, method="Nelder-Mead")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn = pytensor.function([x, a], [solution, success], mode="NUMBA")
+    fallback = [w for w in caught if issubclass(w.category, ObjectModeFallbackWarning)]
+    assert len(fallback) == 1
+    assert "Nelder-Mead" in str(fallback[0].message)
+    assert not [w for w in caught if "Numba will use object mode" in str(w.message)]
+    values = (np.array([-1.2, 1.0]), 1.3)
+    expected = pytensor.function([x, a], [solution, success], mode=REFERENCE_MODE)(*values)
+    got = fn(*values)
+    np.testing.assert_allclose(got[0], expected[0], rtol=RTOL)
+    assert bool(got[1]) == bool(expected[1])
+
+
+@pytest.fixture(scope="module")
+def root_problem():
+    x = pt.vector("x")
+    z = pt.scalar("z")
+    a = pt.scalar("a")
+    equations = pt.stack([x[0] ** 2 + x[1] ** 2 - a, x[0] - x[1] ** 3])
+    scalar_equation = z**3 + z - a
+    problems = {
+        "hybr": root(equations, x, method="hybr", use_vectorized_jac=True),
+        "newton": root(equations, x, method="newton", use_vectorized_jac=True),
+        "hybr_0d": root(scalar_equation, z, method="hybr", use_vectorized_jac=True),
+        "lm": root(equations, x, method="lm", use_vectorized_jac=True),
+    }
+    # scipy has no plain-Newton root method: hybr solves the same system.
+    reference = {**problems, "newton": problems["hybr"]}
+    return solve_with_both_backends(problems, [x, z, a], a, (np.array([1.0, 1.0]), np.array(0.5), 2.0), reference)
+
+
+@pytest.mark.parametrize("name", ["hybr", "newton", "hybr_0d", "lm"])
+def test_root_matches_scipy_including_ift_gradient(root_problem, name):
+    assert_matches_reference(root_problem[name])
+
+
+SCALAR_A = 2.0
+
+
+def _scalar_problems(z, a):
+    objective = (z - a) ** 2 + pt.cos(z)
+    equation = z**3 - a
+    return {
+        "brent": minimize_scalar(objective, z, method="brent"),
+        "brent_bracket3": minimize_scalar(objective, z, method="brent", bracket=(0.0, 2.0, 5.0)),
+        "golden": minimize_scalar(objective, z, method="golden"),
+        "bounded": minimize_scalar(objective, z, method="bounded", bounds=(0.0, 5.0)),
+        "brentq": root_scalar(equation, z, method="brentq", bracket=(0.0, 3.0)),
+        "bisect": root_scalar(equation, z, method="bisect", bracket=(0.0, 3.0)),
+        "newton": root_scalar(equation, z, method="newton", jac=True),
+        "secant": root_scalar(equation, z, method="secant"),
+    }
+
+
+@pytest.fixture(scope="module")
+def scalar_problem():
+    z = pt.scalar("z")
+    a = pt.scalar("a")
+    return solve_with_both_backends(_scalar_problems(z, a), [z, a], a, (np.array(1.0), SCALAR_A))
+
+
+@pytest.mark.parametrize("name", list(_scalar_problems(pt.scalar(), pt.scalar())))
+def test_scalar_method_matches_scipy_including_ift_gradient(scalar_problem, name):
+    # bounded stops at xatol=1e-5 by default, so compare at that resolution.
+    assert_matches_reference(scalar_problem[name], rtol=1e-4 if name == "bounded" else RTOL)
+
+
+def test_nonconvergence_reports_failure_without_exception():
+    x = pt.vector("x")
+    z = pt.scalar("z")
+    a = pt.scalar("a")
+    problems = [
+        minimize(rosenbrock(x, a), x, method="BFGS", optimizer_kwargs={"options": {"maxiter": 1}}),
+        root(
+            pt.stack([x[0] ** 2 + x[1] ** 2 - a, x[0] - x[1] ** 3]),
+            x,
+            method="hybr",
+            use_vectorized_jac=True,
+            optimizer_kwargs={"options": {"maxfev": 2}},
+        ),
+        root_scalar(z**3 - a, z, method="brentq", bracket=(0.0, 3.0), optimizer_kwargs={"maxiter": 1}),
+    ]
+    successes = [success for _, success in problems]
+    values = (np.array([-1.2, 1.0]), np.array(1.0), 3.0)
+    got = numba_function([x, z, a], successes)(*values)
+    expected = pytensor.function([x, z, a], successes, mode=REFERENCE_MODE)(*values)
+    assert [bool(s) for s in expected] == [False] * len(problems)
+    assert [bool(s) for s in got] == [False] * len(problems)
+
+
+def test_blockwise_vectorised_matches_scipy():
+    x = pt.vector("x")
+    z = pt.scalar("z")
+    a = pt.scalar("a")
+    batch_a = pt.vector("batch_a")
+    solution, success = minimize(rosenbrock(x, a), x, method="BFGS", optimizer_kwargs={"tol": 1e-10})
+    root_solution, root_success = root_scalar(z**3 - a, z, method="brentq", bracket=(0.0, 3.0))
+    outputs = vectorize_graph([solution, success, root_solution, root_success], {a: batch_a})
+    fn = numba_function([x, z, batch_a], outputs)
+    nodes = fn.maker.fgraph.apply_nodes
+    # A bare Blockwise of an optimize op would run in object mode.
+    assert not [n for n in nodes if isinstance(n.op, Blockwise) and isinstance(n.op.core_op, ScipyWrapperOp)]
+    assert sum(isinstance(n.op, BlockwiseWithCoreShape) for n in nodes) == 2
+    values = (np.array([-1.2, 1.0]), np.array(1.0), np.array([0.5, 1.3, 2.0]))
+    got = fn(*values)
+    expected = pytensor.function([x, z, batch_a], outputs, mode=REFERENCE_MODE)(*values)
+    np.testing.assert_allclose(got[0], expected[0], rtol=RTOL)
+    np.testing.assert_allclose(got[2], expected[2], rtol=RTOL)
+    assert got[1].all() and got[3].all()
+
+
+def test_bounded_without_bounds_is_a_clear_error():
+    z = pt.scalar("z")
+    solution, _ = minimize_scalar((z - 1.0) ** 2, z, method="bounded")
+    with pytest.raises(ValueError, match="needs `bounds`"):
+        pytensor.function([z], solution, mode="NUMBA")
+
+
+def test_cache_key_depends_on_solver_settings():
+    x = pt.vector("x")
+    a = pt.scalar("a")
+    keys = []
+    for gtol in (1e-5, 1e-8):
+        solution, _ = minimize(rosenbrock(x, a), x, method="BFGS", optimizer_kwargs={"tol": gtol})
+        op: MinimizeOp = solution.owner.op
+        _, key = numba_funcify_and_cache_key(op, node=solution.owner)
+        keys.append(key)
+    assert None not in keys
+    assert keys[0] != keys[1]
