@@ -16,6 +16,7 @@ import pytensor.link.jax.dispatch  # noqa: E402, F401  isort: skip
 
 from gpubackend.device_inputs import DeviceResidentInput, ResidentSharedCell, StaticShapeInput
 from gpubackend.devices import DeviceSpec, resolve_device
+from gpubackend.dispatch.jax_while_steps import WHILE_STEPS_KEY, StepSpecialisedFunction, WhileStepSpecialisation
 from gpubackend.placement import DevicesSpec, Placement, ShardSpec, input_label, resolve_devices
 
 
@@ -34,7 +35,9 @@ class JAXGPULinker(JAXLinker):
     - inputs are validated without leaving the device (`DeviceResidentInput`);
     - shared variables are uploaded once and stay resident;
     - buffers of updated shared variables are donated, so XLA updates in place;
-    - outputs are committed to the device, with the graph's dtypes.
+    - outputs are committed to the device, with the graph's dtypes;
+    - the trace of a while-Scan gets its data-dependent length: the function is
+      specialised on the step counts taken (`StepSpecialisedFunction`).
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class JAXGPULinker(JAXLinker):
         self.device_spec = device
         self.devices_spec = devices
         self.shard = dict(shard or {})
+        self.while_steps: WhileStepSpecialisation | None = None
         super().__init__(**kwargs)
 
     def make_all(self, input_storage=None, output_storage=None, storage_map=None):
@@ -86,6 +90,9 @@ class JAXGPULinker(JAXLinker):
         return Container(container_type, container.storage, name=variable.name)
 
     def fgraph_convert(self, fgraph, **kwargs):
+        self.while_steps = WhileStepSpecialisation.of(fgraph)
+        if self.while_steps is not None:
+            kwargs[WHILE_STEPS_KEY] = self.while_steps
         graph_fn = super().fgraph_convert(fgraph, **kwargs)
         if not fgraph.outputs:
             return graph_fn
@@ -101,7 +108,9 @@ class JAXGPULinker(JAXLinker):
                 for out, dtype in zip(graph_fn(*args), output_dtypes, strict=True)
             ]
 
-        return graph_typed_outputs
+        if self.while_steps is None:
+            return graph_typed_outputs
+        return self.while_steps.returning_step_counts(graph_typed_outputs)
 
     def create_thunk_inputs(self, storage_map):
         thunk_inputs = super().create_thunk_inputs(storage_map)
@@ -123,13 +132,23 @@ class JAXGPULinker(JAXLinker):
         return isinstance(variable, SharedVariable) and hasattr(variable.type, "dtype")
 
     def jit_compile(self, fn):
-        donated = sorted(set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs))
-        return jax.jit(
-            fn,
-            static_argnums=self.scalar_shape_inputs,
-            donate_argnums=donated,
-            out_shardings=self.placement.output_sharding,
-        )
+        # A call runs again when a while-Scan stops after a new number of steps,
+        # so its inputs must survive the first run: nothing is donated then.
+        donated = [] if self.while_steps else sorted(set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs))
+
+        def new_jit():
+            # A fresh function object per specialisation: jax.jit caches traces per function.
+            def graph(*args):
+                return fn(*args)
+
+            return jax.jit(
+                graph,
+                static_argnums=self.scalar_shape_inputs,
+                donate_argnums=donated,
+                out_shardings=self.placement.output_sharding,
+            )
+
+        return new_jit() if self.while_steps is None else StepSpecialisedFunction(self.while_steps, new_jit)
 
     def __repr__(self) -> str:
         if self.devices_spec is not None:

@@ -1,0 +1,136 @@
+"""JAX lowering of PyTensor's optimize ops (minimize, root, minimize_scalar, root_scalar) onto optimistix.
+
+Each op's frozen inner graph is funcified once; its first output is the
+objective (or equations) handed to optimistix, which differentiates it with
+JAX where the solver needs derivatives. Solves run with ``throw=False`` and the
+op's ``success`` output is True exactly when optimistix reports a successful
+result. Gradients of the solution need nothing here: PyTensor derives them
+symbolically (implicit function theorem), so the backward graph is ordinary ops.
+Under `Blockwise` the stock lowering vectorises the core function with vmap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import optimistix as optx
+from pytensor.link.jax.dispatch.basic import jax_funcify
+from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp, ScipyWrapperOp
+
+from gpubackend.dispatch.jax_bracket import expand_bracket
+from gpubackend.dispatch.jax_optimize_methods import (
+    BRACKETING_ROOT_METHODS,
+    SolverChoice,
+    minimize_scalar_solver,
+    minimize_solver,
+    root_scalar_solver,
+    root_solver,
+)
+
+Objective = Callable[[jax.Array, tuple], jax.Array]
+
+
+def _objective(op: ScipyWrapperOp, kwargs: dict) -> Objective:
+    """The op's first inner output as ``f(y, args)``, the calling convention of optimistix."""
+    kwargs.pop("storage_map", None)
+    inner_fn = jax_funcify(op.fgraph, **kwargs)
+
+    def objective(y, args):
+        return inner_fn(y, *args)[0]
+
+    return objective
+
+
+def _dtype(op: ScipyWrapperOp) -> str:
+    return op.fgraph.inputs[0].type.dtype
+
+
+def _solved(solve: Callable, fn: Objective, choice: SolverChoice, x0, args: tuple, options: dict | None = None):
+    """``(solution, success)``: run without throwing; success is optimistix's own verdict."""
+    solution = solve(fn, choice.solver, x0, args=args, options=options, max_steps=choice.max_steps, throw=False)
+    return solution.value.astype(x0.dtype), solution.result == optx.RESULTS.successful
+
+
+def _vector_solve(op: ScipyWrapperOp, kwargs: dict, choose: Callable[..., SolverChoice], solve: Callable) -> Callable:
+    """Lower a vector minimize/root op: ``solve`` is ``optx.minimise`` or ``optx.root_find``."""
+    dtype = _dtype(op)
+    choose(op.method, op.optimizer_kwargs, n_variables=1, dtype=dtype)  # refuse unsupported methods at compile time
+    objective = _objective(op, kwargs)
+
+    def vector_solve(x0, *args):
+        return _solved(solve, objective, choose(op.method, op.optimizer_kwargs, n_variables=x0.size, dtype=dtype), x0, args)
+
+    return vector_solve
+
+
+@jax_funcify.register(MinimizeOp)
+def jax_funcify_MinimizeOp(op: MinimizeOp, node=None, **kwargs) -> Callable:
+    return _vector_solve(op, kwargs, minimize_solver, optx.minimise)
+
+
+@jax_funcify.register(RootOp)
+def jax_funcify_RootOp(op: RootOp, node=None, **kwargs) -> Callable:
+    return _vector_solve(op, kwargs, root_solver, optx.root_find)
+
+
+def _bounds_by_name(op: ScipyWrapperOp, outer_inputs: Sequence) -> tuple[tuple, dict[str, jax.Array]]:
+    (_, *args), bound_inputs = op.split_inputs(outer_inputs)
+    return tuple(args), dict(zip(op.bound_kwargs, bound_inputs, strict=True))
+
+
+def _search_interval(objective: Objective, bounds: dict, args: tuple, max_steps: int):
+    """``(lower, upper, found)`` around the minimum, from bounds, a 3-point bracket, or a downhill search."""
+    if "bounds" in bounds:
+        lower, upper = bounds["bounds"][0], bounds["bounds"][1]
+        return lower, upper, jnp.array(True)
+    bracket = bounds.get("bracket")
+    if bracket is not None and bracket.shape[0] == 3:
+        return jnp.minimum(bracket[0], bracket[2]), jnp.maximum(bracket[0], bracket[2]), jnp.array(True)
+    start = bracket if bracket is not None else jnp.array([0.0, 1.0])
+    return expand_bracket(lambda y: objective(y, args), start[0], start[1], max_steps)
+
+
+@jax_funcify.register(MinimizeScalarOp)
+def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> Callable:
+    choice = minimize_scalar_solver(op.method, op.optimizer_kwargs, dtype=_dtype(op))
+    if op.method == "bounded" and "bounds" not in op.bound_kwargs:
+        raise ValueError("minimize_scalar(method='bounded') needs `bounds`")
+    objective = _objective(op, kwargs)
+
+    def minimize_scalar(x0, *inputs):
+        args, bounds = _bounds_by_name(op, (x0, *inputs))
+        lower, upper, found = _search_interval(objective, bounds, args, choice.max_steps)
+        # Searched as an offset from `lower`: optimistix 0.1.0's GoldenSearch places
+        # its first probe at (upper - lower) / (phi + 1), i.e. as if lower were 0.
+        def from_lower(offset, args):
+            return objective(lower + offset, args)
+
+        offset, success = _solved(optx.minimise, from_lower, choice, x0 - lower, args, {"lower": 0.0, "upper": upper - lower})
+        return (lower + offset).astype(x0.dtype), success & found
+
+    return minimize_scalar
+
+
+@jax_funcify.register(RootScalarOp)
+def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
+    choice = root_scalar_solver(op.method, op.optimizer_kwargs, dtype=_dtype(op))
+    brackets = op.method in BRACKETING_ROOT_METHODS
+    if brackets and "bracket" not in op.bound_kwargs:
+        raise ValueError(f"root_scalar(method={op.method!r}) needs a `bracket` (a, b) on which the equation changes sign")
+    equation = _objective(op, kwargs)
+
+    def root_scalar(x0, *inputs):
+        args, bounds = _bounds_by_name(op, (x0, *inputs))
+        if not brackets:
+            return _solved(optx.root_find, equation, choice, x0, args)
+        lower, upper = bounds["bracket"][0], bounds["bracket"][1]
+        # Orient the equation to rise from lower to upper, as the solver is told (flip=False).
+        orientation = jnp.where(equation(upper, args) < 0, -1.0, 1.0).astype(x0.dtype)
+        sign_changes = equation(lower, args) * equation(upper, args) <= 0
+        rising = lambda y, args: orientation * equation(y, args)  # noqa: E731
+        value, success = _solved(optx.root_find, rising, choice, x0, args, {"lower": lower, "upper": upper})
+        return value, success & sign_changes
+
+    return root_scalar

@@ -1,0 +1,79 @@
+"""Make integer inputs that decide a length static arguments of the JAX jit.
+
+``scan(n_steps=n)``, ``zeros((n, 2))`` or ``arange(n)`` with an integer input
+``n`` need ``n`` as a Python int while JAX traces, or they fail with "Shapes
+must be 1D sequences of concrete values". PyTensor's JAX linker already passes
+an integer input as a static argument of ``jax.jit`` when its only clients are
+`JAXShapeTuple` nodes (``JAXLinker.scalar_shape_inputs``): ``jax.jit`` then
+caches one compiled function per distinct value, and a new value recompiles.
+
+This rewrite routes every use of such an input through ``JAXShapeTuple(n)[0]``
+whenever the input reaches a length (a Scan's step count or nit-sot size, the
+shape of ``Alloc``/``AllocEmpty``/``Reshape``, the bounds of ``ARange`` or
+``Eye``), so the linker makes it static; the trace-time evaluation of shape
+arithmetic (`gpubackend.dispatch.jax_fgraph`) keeps everything computed from it
+concrete. It runs once at compile time, under the "jax" tag, so stock
+``mode="JAX"`` and JAX_GPU (a `JAXLinker` subclass) both get it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from pytensor.compile import optdb
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Apply, Variable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import graph_rewriter
+from pytensor.graph.traversal import ancestors
+from pytensor.link.jax.dispatch.shape import JAXShapeTuple
+from pytensor.scan.op import Scan
+from pytensor.tensor.basic import Alloc, AllocEmpty, ARange, Eye
+from pytensor.tensor.shape import Reshape
+from pytensor.tensor.type import TensorType
+
+
+def _length_inputs(node: Apply) -> Iterator[Variable]:
+    """The inputs of ``node`` that its JAX lowering needs as concrete values."""
+    op = node.op
+    if isinstance(op, Scan):
+        yield node.inputs[0]
+        yield from op.outer_nitsot(list(node.inputs))
+    elif isinstance(op, Alloc | Reshape):
+        yield from node.inputs[1:]
+    elif isinstance(op, AllocEmpty | ARange | Eye):
+        yield from node.inputs
+
+
+def _is_integer_scalar_input(variable: Variable, fgraph: FunctionGraph) -> bool:
+    return (
+        variable in fgraph.inputs
+        and not isinstance(variable, SharedVariable)
+        and isinstance(variable.type, TensorType)
+        and variable.type.ndim == 0
+        and np.dtype(variable.type.dtype).kind in "iu"
+    )
+
+
+@graph_rewriter
+def static_integer_length_inputs(fgraph: FunctionGraph) -> None:
+    lengths = [variable for node in fgraph.apply_nodes for variable in _length_inputs(node)]
+    if not lengths:
+        return
+    static_inputs = [variable for variable in ancestors(lengths) if _is_integer_scalar_input(variable, fgraph)]
+    for variable in static_inputs:
+        clients = fgraph.clients[variable]
+        if clients and all(isinstance(client.op, JAXShapeTuple) for client, _ in clients):
+            continue
+        # `replace` rewires only the clients the input had before the call, so the
+        # new JAXShapeTuple keeps reading the input itself.
+        fgraph.replace(variable, JAXShapeTuple()(variable)[0], reason="static_integer_length_inputs")
+
+
+optdb.register(
+    "jax_static_integer_length_inputs",
+    static_integer_length_inputs,
+    "jax",
+    position=101,
+)

@@ -1,0 +1,143 @@
+"""Optimize ops (minimize, root, minimize_scalar, root_scalar) lowered to optimistix under JAX and JAX_GPU.
+
+Every result is compared with the FAST_COMPILE backend, which runs scipy; the
+gradients are PyTensor's implicit-function gradients, lowered like any graph.
+"""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.graph.replace import vectorize_graph
+from pytensor.tensor.blockwise import Blockwise
+from pytensor.tensor.optimize import minimize, minimize_scalar, root, root_scalar
+
+from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference, compile_checked
+
+A_VALUE = np.array([1.0, -2.0, 0.5])
+X0 = np.zeros(3)
+
+
+def _minimize_problem(method, **optimizer_kwargs):
+    x, a = pt.vector("x"), pt.vector("a")
+    objective = ((x - a) ** 2).sum() + 0.1 * (x**4).sum()
+    solution, success = minimize(
+        objective, x, method=method, optimizer_kwargs=optimizer_kwargs
+    )
+    return [x, a], [solution, pt.grad(solution.sum(), a)], success
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_minimize_bfgs_and_its_gradient(mode):
+    inputs, outputs, success = _minimize_problem("BFGS", tol=1e-10)
+    assert_matches_reference(inputs, outputs, [X0, A_VALUE], mode)
+    assert compile_checked(inputs, [success], [X0, A_VALUE], mode)[0]
+
+
+@pytest.mark.parametrize(
+    "method, optimizer_kwargs",
+    [
+        ("L-BFGS-B", {"tol": 1e-12}),
+        ("CG", {"tol": 1e-10}),
+    ],
+)
+def test_minimize_methods(method, optimizer_kwargs):
+    # scipy often flags "precision loss" at tight tolerances, so only the
+    # solution is compared; optimistix must report convergence.
+    inputs, outputs, success = _minimize_problem(method, **optimizer_kwargs)
+    assert_matches_reference(inputs, outputs, [X0, A_VALUE], "JAX_GPU", rtol=1e-6, atol=1e-9)
+    assert compile_checked(inputs, [success], [X0, A_VALUE], "JAX_GPU")[0]
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+@pytest.mark.parametrize("method", ["hybr", "lm"])
+def test_root_and_its_gradient(method, mode):
+    x, a = pt.vector("x"), pt.vector("a")
+    equations = pt.stack([x[0] + 0.5 * x[1] ** 3 - a[0], 0.5 * (x[1] - x[0]) ** 3 + x[1] - a[1]])
+    solution, success = root(equations, x, method=method, optimizer_kwargs={"tol": 1e-12})
+    inputs = [x, a]
+    outputs = [solution, pt.grad(solution.sum(), a), success]
+    assert_matches_reference(inputs, outputs, [np.zeros(2), np.array([1.0, 0.3])], mode)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+@pytest.mark.parametrize("method, bracket, jac", [("brentq", (0.0, 5.0), False), ("newton", None, True)])
+def test_root_scalar_and_its_gradient(method, bracket, jac, mode):
+    y, c = pt.scalar("y"), pt.scalar("c")
+    solution, success = root_scalar(y**3 + y - c, y, method=method, jac=jac, bracket=bracket)
+    inputs = [y, c]
+    outputs = [solution, pt.grad(solution, c), success]
+    assert_matches_reference(inputs, outputs, [1.0, 3.0], mode, rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "method, interval",
+    [
+        ("brent", {}),
+        ("brent", {"bracket": (-4.0, -3.0)}),
+        ("golden", {"bracket": (-3.0, 1.0, 4.0)}),
+        ("bounded", {"bounds": (-2.0, 4.0)}),
+    ],
+)
+def test_minimize_scalar_and_its_gradient(method, interval):
+    y, c = pt.scalar("y"), pt.scalar("c")
+    solution, success = minimize_scalar(
+        (y - c) ** 2 + 0.1 * y**4, y, method=method, optimizer_kwargs={"tol": 1e-10}, **interval
+    )
+    inputs = [y, c]
+    outputs = [solution, pt.grad(solution, c), success]
+    for target in (0.5, -1.0):
+        assert_matches_reference(inputs, outputs, [0.0, target], "JAX_GPU", rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_blockwise_minimize_is_vmapped(mode):
+    inputs, outputs, success = _minimize_problem("BFGS", tol=1e-10)
+    x, a = inputs
+    batch_a = pt.matrix("batch_a")
+    *batched, batched_success = vectorize_graph([*outputs, success], {a: batch_a})
+    assert isinstance(batched_success.owner.op, Blockwise)
+    values = [X0, np.stack([A_VALUE, -A_VALUE, 2 * A_VALUE])]
+    assert_matches_reference([x, batch_a], batched, values, mode)
+    assert compile_checked([x, batch_a], [batched_success], values, mode)[0].all()
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_success_is_false_when_the_budget_runs_out(mode):
+    inputs, _, success = _minimize_problem("BFGS", options={"maxiter": 1})
+    assert assert_matches_reference(inputs, [success], [X0, A_VALUE], mode)[0] == np.False_
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_method_without_jax_equivalent_is_refused_at_compile_time(mode):
+    inputs, outputs, _ = _minimize_problem("SLSQP")
+    with pytest.raises(NotImplementedError, match=r"'SLSQP'.*BFGS, CG, L-BFGS-B"):
+        pytensor.function(inputs, outputs, mode=mode)
+
+
+def test_bounds_are_refused_naming_the_option():
+    inputs, outputs, _ = _minimize_problem("L-BFGS-B", bounds=[(0, 1)] * 3)
+    with pytest.raises(NotImplementedError, match="bounds"):
+        pytensor.function(inputs, outputs, mode="JAX_GPU")
+
+
+def test_root_without_a_root_reports_failure():
+    x, a = pt.vector("x"), pt.vector("a")
+    values = [np.array([0.5, -0.5]), np.array([0.0, 0.5])]
+    _, hybr_success = root(x**2 + 1.0 + a, x, method="hybr")
+    assert assert_matches_reference([x, a], [hybr_success], values, "JAX_GPU")[0] == np.False_
+    # scipy's "lm" reports convergence of the least-squares fit even without a
+    # root; the lowering reports success only when the equations are solved.
+    _, lm_success = root(x**2 + 1.0 + a, x, method="lm")
+    assert compile_checked([x, a], [lm_success], values, "JAX_GPU")[0] == np.False_
+
+
+def test_float32_solves_terminate_at_float32_precision():
+    y, c = pt.scalar("y", dtype="float32"), pt.scalar("c", dtype="float32")
+    root_value, root_success = root_scalar(y**3 + y - c, y, method="brentq", bracket=[0.0, 5.0])
+    x, a = pt.vector("x", dtype="float32"), pt.vector("a", dtype="float32")
+    solution, success = minimize(((x - a) ** 2).sum() + 0.1 * (x**4).sum(), x)
+    values = [np.float32(1.0), np.float32(3.0), np.zeros(3, "float32"), np.array([0.5, -1.0, 2.0], "float32")]
+    # scipy's BFGS stops at its default gtol=1e-5, about 1e-5 away in x.
+    assert_matches_reference([y, c, x, a], [root_value, solution], values, "JAX_GPU", rtol=1e-4)
+    assert all(compile_checked([y, c, x, a], [root_success, success], values, "JAX_GPU"))

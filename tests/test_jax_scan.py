@@ -1,0 +1,158 @@
+"""Scan under JAX and JAX_GPU: while-loops, lengths computed from input shapes, nesting, gradients.
+
+Each graph is compared with the FAST_COMPILE backend; `compile_checked` also
+checks that linking and calling neither rewrite nor compile PyTensor graphs and
+that the user's inner-graph ops are left untouched.
+"""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.builders import OpFromGraph
+from pytensor.conditional.op import ifelse
+from pytensor.scan.utils import until
+
+from gpubackend.dispatch.jax_scan import DataDependentLengthError
+from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference
+
+
+def _scan(*args, **kwargs):
+    return pytensor.scan(*args, return_updates=False, **kwargs)
+
+
+def _newton_sqrt(x0, a, n_steps=50):
+    def step(x, a):
+        new_x = x - (x**2 - a) / (2 * x)
+        return new_x, until(pt.max(pt.abs(new_x - x)) < 1e-12)
+
+    return _scan(step, outputs_info=[x0], non_sequences=[a], n_steps=n_steps)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_while_scan_sit_sot_stops_at_convergence(mode):
+    x0, a = pt.vector("x0"), pt.vector("a")
+    xs = _newton_sqrt(x0, a)
+    assert_matches_reference([x0, a], [xs[-1]], [np.ones(3), np.array([2.0, 3.0, 40.0])], mode)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_while_scan_mit_sot_nit_sot_and_kept_window(mode):
+    f0, limit = pt.vector("f0"), pt.scalar("limit")
+
+    def fibonacci(f_tm2, f_tm1, limit):
+        f_t = f_tm1 + f_tm2
+        return [f_t, 2 * f_t], until(f_t.sum() > limit)
+
+    fs, doubled = _scan(
+        fibonacci, outputs_info=[{"initial": f0, "taps": [-2, -1]}, None], non_sequences=[limit], n_steps=100
+    )
+    outputs = [fs[-1], fs[-2], doubled[-1]]
+    assert_matches_reference([f0, limit], outputs, [np.array([1.0, 1.0]), np.asarray(100.0)], mode)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_while_scan_over_a_sequence_with_an_untraced_count(mode):
+    xs, limit = pt.vector("xs"), pt.scalar("limit")
+
+    def accumulate(x_t, total, count, limit):
+        new_total = total + x_t
+        return [new_total, count + 1], until(new_total > limit)
+
+    totals, counts = _scan(
+        accumulate, sequences=[xs], outputs_info=[pt.zeros(()), pt.zeros((), dtype="int64")], non_sequences=[limit]
+    )
+    values = [np.linspace(0.5, 3.0, 12), np.asarray(6.0)]
+    assert_matches_reference([xs, limit], [totals[-1], counts[-1]], values, mode)
+    assert_matches_reference([xs, limit], [totals, counts], values, "JAX_GPU")
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_nested_while_scans_and_while_scan_inside_ofg(mode):
+    a = pt.vector("a")
+
+    def grow_until_ten(x):
+        return _scan(lambda y: (y * 1.5, until(y * 1.5 > 10)), outputs_info=[x], n_steps=100)[-1]
+
+    nested = _scan(grow_until_ten, sequences=[a])
+    x0, target = pt.vector("x0"), pt.vector("target")
+    sqrt_op = OpFromGraph([x0, target], [_newton_sqrt(x0, target)[-1]], inline=False, name="newton_sqrt")
+    outputs = [nested, sqrt_op(pt.ones_like(a), a * a)]
+    assert_matches_reference([a], outputs, [np.array([0.5, 2.0, 9.0])], mode)
+
+
+def _doubling_until(x0, limit):
+    def double(x, limit):
+        doubled = x * 2
+        return doubled, until(doubled > limit)
+
+    return _scan(double, outputs_info=[x0], non_sequences=[limit], n_steps=50)
+
+
+def test_full_trace_and_gradient_of_a_while_scan_under_jax_gpu():
+    x0, limit = pt.scalar("x0"), pt.scalar("limit")
+    xs = _doubling_until(x0, limit)
+    outputs = [xs, pytensor.grad(xs.sum(), x0)]
+    assert_matches_reference([x0, limit], outputs, [np.asarray(0.3), np.asarray(10.0)], "JAX_GPU")
+    # One compiled function, trace lengths changing from call to call, back and forth.
+    fn = pytensor.function([x0, limit], outputs, mode="JAX_GPU")
+    reference_fn = pytensor.function([x0, limit], outputs, mode="FAST_COMPILE")
+    for limit_value in (10.0, 1000.0, 1e300, 10.0):
+        values = [np.asarray(0.3), np.asarray(limit_value)]
+        for got, want in zip(fn(*values), reference_fn(*values), strict=True):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+
+
+def test_full_trace_of_a_while_scan_is_refused_by_stock_jax_with_a_clear_error():
+    x0, limit = pt.scalar("x0"), pt.scalar("limit")
+    with pytest.raises(DataDependentLengthError, match="data-dependent shape.*JAX_GPU.*trace\\[-1\\]"):
+        pytensor.function([x0, limit], _doubling_until(x0, limit), mode="JAX")
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_lengths_from_input_shapes_follow_each_new_shape(mode):
+    x = pt.vector("x")
+    powers = _scan(lambda acc, x: acc * x, outputs_info=[pt.ones_like(x)], non_sequences=[x], n_steps=x.shape[0] // 2)
+
+    def two_tap(x_tm2, x_tm1, x):
+        return 0.5 * x_tm1 + x_tm2 + x[0]
+
+    taps = _scan(two_tap, outputs_info=[{"initial": x[:2], "taps": [-2, -1]}], non_sequences=[x], n_steps=x.shape[0])
+    for size in (6, 9):
+        values = [np.linspace(0.5, 1.5, size)]
+        assert_matches_reference([x], [powers, taps, pt.grad(taps.sum() + powers.sum(), x)], values, mode)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_gradient_of_a_scan_and_of_an_ofg_holding_a_scan(mode):
+    xs, h0, w = pt.matrix("xs"), pt.vector("h0"), pt.scalar("w")
+    hs = _scan(lambda x_t, h, w: pt.tanh(h * w + x_t), sequences=[xs], outputs_info=[h0], non_sequences=[w])
+    op = OpFromGraph([xs, h0, w], [hs[-1]], inline=False, name="rnn_last")
+    loss = (hs**2).sum() + op(xs, h0, w).sum()
+    grads = pytensor.grad(loss, [xs, h0, w])
+    rng = np.random.default_rng(0)
+    assert_matches_reference([xs, h0, w], grads, [rng.normal(size=(5, 3)), rng.normal(size=3), np.asarray(0.7)], mode)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_gradient_through_lazy_ifelse(mode):
+    flag, x = pt.scalar("flag"), pt.vector("x")
+    out = ifelse(flag > 0, pt.exp(x).cumsum(), pt.sin(x) * 2)
+    outputs = [out, pytensor.grad(out.sum(), x)]
+    for flag_value in (1.0, -1.0):
+        assert_matches_reference([flag, x], outputs, [np.asarray(flag_value), np.array([0.1, -0.4, 0.9])], mode)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_integer_input_used_as_a_length_specialises_the_compiled_function(mode):
+    n, x, k = pt.lscalar("n"), pt.vector("x"), pt.lscalar("k")
+    powers = _scan(lambda acc, x: acc * x, outputs_info=[pt.ones_like(x)], non_sequences=[x], n_steps=n)
+    outputs = [powers, pt.zeros((n, 2)) + x.sum() * k, pt.arange(n) * 2.0]
+    fn = pytensor.function([n, x, k], outputs, mode=mode)
+    reference_fn = pytensor.function([n, x, k], outputs, mode="FAST_COMPILE")
+    # n is a static argument of the jit (one compiled function per value); k, used only as data, is not.
+    assert fn.maker.linker.scalar_shape_inputs == (0,)
+    for steps in (3, 5, 3):
+        values = [np.asarray(steps), np.array([0.5, 2.0]), np.asarray(2)]
+        for got, want in zip(fn(*values), reference_fn(*values), strict=True):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
