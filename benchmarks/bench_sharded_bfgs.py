@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+# Four simulated host devices whatever the caller set: the script compares 1, 2 and 4.
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

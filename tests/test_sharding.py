@@ -16,6 +16,7 @@ from pytensor.compile.builders import OpFromGraph
 
 import gpubackend
 from gpubackend import DeviceNotFoundError, InputDeviceError, jax_gpu_mode
+from gpubackend.conformance.catalogue import CATALOGUE
 from tests.multihost.graph import example_graph, example_inputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -187,3 +188,31 @@ def test_two_processes_over_loopback_agree_with_one():
         assert seen["global_devices"] == 4
         np.testing.assert_allclose(seen["rowwise"], rowwise, rtol=1e-12)
         assert seen["total"] == pytest.approx(float(total), rel=1e-12)
+
+
+BATCHED_CASES = [case for case in CATALOGUE.values() if case.batch_axes and any(axis is not None for axis in case.batch_axes)]
+
+
+def _divisible_batch(values, batch_axes, n_devices):
+    """Stack each batched input with itself until the device count divides its batch axis."""
+    lengths = {np.shape(value)[axis] for value, axis in zip(values, batch_axes, strict=True) if axis is not None}
+    copies = next(k for k in range(1, n_devices + 1) if all(k * length % n_devices == 0 for length in lengths))
+    return [
+        value if axis is None else np.concatenate([value] * copies, axis=axis)
+        for value, axis in zip(values, batch_axes, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("case", BATCHED_CASES, ids=lambda case: case.name)
+def test_catalogue_case_sharded_along_its_batch_axis_matches_one_device(case, target_device):
+    graph = case.build()
+    values = _divisible_batch(graph.values, case.batch_axes, len(CPU_DEVICES))
+    shard = {variable: axis for variable, axis in zip(graph.inputs, case.batch_axes, strict=True) if axis is not None}
+    single = pytensor.function(graph.inputs, graph.outputs, mode=jax_gpu_mode(target_device))(*values)
+    sharded_fn = pytensor.function(graph.inputs, graph.outputs, mode=jax_gpu_mode(devices="cpu", shard=shard))
+    for position, axis in enumerate(case.batch_axes):
+        if axis is not None:
+            assert sharded_fn.input_storage[position].type.sharding.spec[axis] == "devices"
+    sharded = sharded_fn(*values)
+    for got, expected in zip(sharded, single, strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-10, atol=1e-12)
