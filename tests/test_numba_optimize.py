@@ -280,6 +280,7 @@ def _scalar_problems(z, a):
         "brentq": root_scalar(equation, z, method="brentq", bracket=(0.0, 3.0)),
         "bisect": root_scalar(equation, z, method="bisect", bracket=(0.0, 3.0)),
         "newton": root_scalar(equation, z, method="newton", jac=True),
+        "newton_no_jac": root_scalar(equation, z, method="newton"),
         "secant": root_scalar(equation, z, method="secant"),
     }
 

@@ -79,6 +79,7 @@ _SOLVERS: dict[tuple[type, str], tuple[Callable, Callable]] = {
     (RootScalarOp, "brentq"): (problem.scalar_value, make_brentq),
     (RootScalarOp, "bisect"): (problem.scalar_value, make_bisect),
     (RootScalarOp, "newton"): (problem.scalar_value_and_derivative, make_newton_scalar),
+    (RootScalarOp, "newton-forward-difference"): (problem.scalar_value_and_forward_difference, make_newton_scalar),
     (RootScalarOp, "secant"): (problem.scalar_value, make_secant),
 }
 

@@ -185,9 +185,9 @@ def _root_scalar_plan(op: RootScalarOp) -> SolverPlan:
         _require_bound(op, "bracket")
         return _resolve(method, options, {"xtol": 2e-12, "rtol": 4 * _EPS, "maxiter": 100}, {})
     if method == "newton":
-        if not op.jac:
-            raise NoNativeSolver("root_scalar newton without jac=True needs finite differences")
-        return _resolve(method, options, {"xtol": 1.48e-8, "rtol": 0.0, "maxiter": 50}, {})
+        # Without a derivative output scipy runs Newton on a forward difference; so do we.
+        solver = "newton" if op.jac else "newton-forward-difference"
+        return _resolve(solver, options, {"xtol": 1.48e-8, "rtol": 0.0, "maxiter": 50}, {})
     if method == "secant":
         # NaN stands for scipy's default second point, derived from x0 at run time.
         return _resolve(method, options, {"xtol": 1.48e-8, "rtol": 0.0, "maxiter": 50, "x1": np.nan}, {})

@@ -93,6 +93,25 @@ def scalar_value_and_derivative(inner: Callable, to_inner: Callable) -> Callable
     return fun
 
 
+def scalar_value_and_forward_difference(inner: Callable, to_inner: Callable) -> Callable:
+    """``fun(x, args) -> (f, f')`` with f' a two-point forward difference.
+
+    The step is scipy's ``approx_derivative(method="2-point")``, which scipy's
+    ``root_scalar(method="newton")`` uses when no derivative is given.
+    """
+    value = scalar_value(inner, to_inner)
+    relative_step = float(np.sqrt(np.finfo(np.float64).eps))
+
+    @numba_njit
+    def fun(x, args):
+        f = value(x, args)
+        step = relative_step * (1.0 if x >= 0 else -1.0) * max(1.0, abs(x))
+        step = (x + step) - x
+        return f, (value(x + step, args) - f) / step
+
+    return fun
+
+
 def value_gradient_and_hessian(inner: Callable, to_inner: Callable) -> Callable:
     """``fun(x, args) -> (f, grad, hess)`` from an inner graph returning (objective, grad, hessian)."""
 
