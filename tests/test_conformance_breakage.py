@@ -21,11 +21,12 @@ from pytensor.graph.rewriting.basic import GraphRewriter, NodeRewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.link.numba.dispatch.basic import numba_funcify, numba_funcify_and_cache_key
+from pytensor.tensor.optimize import minimize
 
 from gpubackend.conformance.backends import BACKENDS
 from gpubackend.conformance.catalogue import Case, CaseGraph
 from gpubackend.conformance.probe import CALL, LINK, RewriteFreeProbe
-from gpubackend.conformance.results import FAIL
+from gpubackend.conformance.results import FAIL, OBJECT_MODE, UNSUPPORTED
 from gpubackend.conformance.runner import prepare, run_on
 from gpubackend.devices import DEVICE_ENV_VAR
 
@@ -187,3 +188,24 @@ def test_probe_restores_entry_points_even_when_the_check_raises(raise_inside):
 @contextmanager
 def _no_error() -> Iterator[None]:
     yield
+
+
+def _minimize_case(method: str) -> Case:
+    def build() -> CaseGraph:
+        x, a = pt.vector("x"), pt.scalar("a")
+        solution, _ = minimize(((x - a) ** 2).sum(), x, method=method)
+        return CaseGraph([x, a], [solution], [np.zeros(2), np.array(0.5)], [np.full(2, 0.5)], rtol=1e-4, atol=1e-6)
+
+    return Case(f"minimize_{method.lower()}", "status", build)
+
+
+def test_a_numba_object_mode_fallback_is_reported_as_object_mode_not_pass():
+    result = run_on(prepare(_minimize_case("Nelder-Mead")), BACKENDS["numba"], "cpu")
+    assert result.status == OBJECT_MODE, result.detail
+    assert "Nelder-Mead" in result.detail
+
+
+def test_a_method_without_a_jax_lowering_is_reported_as_unsupported():
+    result = run_on(prepare(_minimize_case("SLSQP")), BACKENDS["jax"], JAX_DEVICE)
+    assert result.status == UNSUPPORTED, result.detail
+    assert "SLSQP" in result.detail
