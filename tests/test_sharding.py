@@ -119,8 +119,8 @@ def test_missing_devices_are_rejected():
     x = pt.vector("x")
     with pytest.raises(DeviceNotFoundError, match="'cpu:9'"):
         pytensor.function([x], x * 2, mode=jax_gpu_mode(devices=["cpu:0", "cpu:9"], shard={x: 0}))
-    with pytest.raises(DeviceNotFoundError, match="'gpu'"):
-        pytensor.function([x], x * 2, mode=jax_gpu_mode(devices="gpu", shard={x: 0}))
+    with pytest.raises(DeviceNotFoundError, match="'gpu:99'"):
+        pytensor.function([x], x * 2, mode=jax_gpu_mode(devices=["gpu:99"], shard={x: 0}))
 
 
 def test_conflicting_placement_arguments_are_rejected():
@@ -216,3 +216,10 @@ def test_catalogue_case_sharded_along_its_batch_axis_matches_one_device(case, ta
     sharded = sharded_fn(*values)
     for got, expected in zip(sharded, single, strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.skipif(bool(gpubackend.devices.platform_devices("gpu")), reason="this machine has a GPU, so a missing GPU cannot be observed")
+def test_mesh_of_all_gpus_without_a_gpu_is_rejected():
+    x = pt.vector("x")
+    with pytest.raises(DeviceNotFoundError, match="'gpu'.*gpubackend\\[cuda12\\]"):
+        pytensor.function([x], x * 2, mode=jax_gpu_mode(devices="gpu", shard={x: 0}))
