@@ -35,7 +35,7 @@ class JAXGPULinker(JAXLinker):
     - inputs are validated without leaving the device (`DeviceResidentInput`);
     - shared variables are uploaded once and stay resident;
     - buffers of updated shared variables are donated, so XLA updates in place;
-    - outputs are committed to the device, with the graph's dtypes;
+    - outputs are committed to the device;
     - the trace of a while-Scan gets its data-dependent length: the function is
       specialised on the step counts taken (`StepSpecialisedFunction`).
     """
@@ -94,23 +94,9 @@ class JAXGPULinker(JAXLinker):
         if self.while_steps is not None:
             kwargs[WHILE_STEPS_KEY] = self.while_steps
         graph_fn = super().fgraph_convert(fgraph, **kwargs)
-        if not fgraph.outputs:
-            return graph_fn
-        output_dtypes = [getattr(output.type, "dtype", None) for output in fgraph.outputs]
-
-        # Some stock lowerings return their accumulator dtype (a float32 Sum
-        # with acc_dtype=float64 comes back as float64 under x64, and constant
-        # outputs can be Python floats); the graph's types are the contract.
-        # This runs at trace time only.
-        def graph_typed_outputs(*args):
-            return [
-                out if dtype is None or getattr(out, "dtype", None) == dtype else jax.numpy.asarray(out, dtype=dtype)
-                for out, dtype in zip(graph_fn(*args), output_dtypes, strict=True)
-            ]
-
         if self.while_steps is None:
-            return graph_typed_outputs
-        return self.while_steps.returning_step_counts(graph_typed_outputs)
+            return graph_fn
+        return self.while_steps.returning_step_counts(graph_fn)
 
     def create_thunk_inputs(self, storage_map):
         thunk_inputs = super().create_thunk_inputs(storage_map)

@@ -201,12 +201,13 @@ def test_explicit_jax_device_object(other_device):
     assert fn(np.zeros(2)).devices() == {other_device}
 
 
+@pytest.mark.parametrize("mode", ["JAX_GPU", "JAX"])
 @pytest.mark.parametrize("float_x", ["float32", "float64"])
-def test_output_dtypes_match_the_graph(float_x):
+def test_output_dtypes_match_the_graph(float_x, mode):
     with pytensor.config.change_flags(floatX=float_x):
         x = pt.vector("x")
         i = pt.vector("i", dtype="int32")
-        fn = pytensor.function([x, i], [x * 2, i + 1, x.sum()], mode="JAX_GPU")
+        fn = pytensor.function([x, i], [x * 2, i + 1, x.sum()], mode=mode)
         outs = fn(np.ones(2, dtype=float_x), np.ones(2, dtype="int32"))
         assert [o.dtype for o in outs] == [np.dtype(v.type.dtype) for v in fn.maker.fgraph.outputs]
 
@@ -237,14 +238,15 @@ def test_function_without_outputs_runs_its_updates(target_device):
     assert counter.get_value(borrow=True).devices() == {target_device}
 
 
-def test_output_folded_to_a_python_float_keeps_the_graph_dtype(target_device):
+@pytest.mark.parametrize("mode", ["JAX_GPU", "JAX"])
+def test_output_folded_to_a_python_float_keeps_the_graph_dtype(mode):
     # An inner output that folds to a constant reaches the jitted graph as a Python float.
     from pytensor.compile.builders import OpFromGraph
 
     a = pt.vector("a")
     op = OpFromGraph([a], [pt.tanh(pt.constant(0.5)), a + 1.0], inline=False)
     folded, shifted = op(a)
-    fn = pytensor.function([a], [folded, shifted], mode="JAX_GPU")
+    fn = pytensor.function([a], [folded, shifted], mode=mode)
     out_folded, out_shifted = fn(np.zeros(2))
     assert np.asarray(out_folded).dtype == np.dtype(folded.type.dtype)
     assert float(out_folded) == pytest.approx(np.tanh(np.float32(0.5)), rel=1e-6)

@@ -13,7 +13,11 @@ concrete: it is evaluated at trace time, so each length is a Python value that
 A new length means a new input shape, hence a new trace; a stale length can
 never be reused. Nodes that see a tracer are staged as usual.
 
-It also starts the memo that `jax_ofg` threads through one lowering.
+It also starts the memo that `jax_ofg` threads through one lowering, and it
+returns every output with the dtype of the graph's type: some stock lowerings
+return their accumulator dtype (a float32 ``Sum`` with ``acc_dtype=float64``
+comes back as float64 under x64), and an output folded to a constant can be a
+Python float. The casts happen at trace time and only where dtypes differ.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FrozenFunctionGraph, FunctionGraph
@@ -69,10 +74,27 @@ def jax_funcify_FunctionGraph(
     fgraph, node=None, fgraph_name: str = "jax_funcified_fgraph", **kwargs: Any
 ) -> Callable:
     kwargs.setdefault(OFG_MEMO_KEY, {})
-    return fgraph_to_python(
+    graph_fn = fgraph_to_python(
         fgraph,
         _funcify_node,
         type_conversion_fn=jax_typify,
         fgraph_name=fgraph_name,
         **kwargs,
     )
+    return _with_graph_dtypes(graph_fn, fgraph.outputs, squeezed=kwargs.get("squeeze_output", False) and len(fgraph.outputs) == 1)
+
+
+def _with_graph_dtypes(graph_fn: Callable, outputs, squeezed: bool) -> Callable:
+    dtypes = [getattr(output.type, "dtype", None) for output in outputs]
+    if not any(dtypes):
+        return graph_fn
+
+    def typed(value, dtype):
+        if dtype is None or getattr(value, "dtype", None) == dtype:
+            return value
+        return jnp.asarray(value, dtype=dtype)
+
+    if squeezed:
+        [dtype] = dtypes
+        return lambda *args: typed(graph_fn(*args), dtype)
+    return lambda *args: tuple(typed(value, dtype) for value, dtype in zip(graph_fn(*args), dtypes, strict=True))
