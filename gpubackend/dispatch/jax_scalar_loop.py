@@ -26,8 +26,7 @@ def jax_funcify_ScalarLoop(op: ScalarLoop, node=None, **kwargs) -> Callable:
 
     def step(state, constant):
         outputs = inner_fn(*state, *constant)
-        new_state = tuple(jnp.asarray(value, dtype) for value, dtype in zip(outputs[:n_state], state_dtypes, strict=True))
-        return new_state, outputs[n_state:]
+        return _cast_state(outputs[:n_state], state_dtypes), outputs[n_state:]
 
     def for_loop(n_steps, *inputs):
         state, constant = _cast_state(inputs[:n_state], state_dtypes), inputs[n_state:]
