@@ -1,90 +1,27 @@
 """Shared checks for the JAX lowering tests: reference comparison and the rewrite-free contract.
 
-`compile_checked` compiles a graph under a JAX mode while observing PyTensor:
-during linking (`FunctionMaker.create`, after the rewrites) and during two calls it counts every rewriter pass, every
-`FunctionGraph` built, and every nested ``pytensor.function`` / `FunctionMaker`;
-all must stay at zero. It also snapshots every canonical inner-graph op of the
-user's graph and checks, after the calls, that each is the same object holding
-the same frozen graph. The wrappers only observe and are removed afterwards.
+`compile_checked` compiles a graph under a JAX mode while the conformance
+suite's `RewriteFreeProbe` observes PyTensor: during linking (after the
+rewrites) and during two calls, every rewriter pass, every `FunctionGraph`
+built and every nested ``pytensor.function`` / `FunctionMaker` must stay at
+zero. It also snapshots every canonical inner-graph op of the user's graph and
+checks, after the calls, that each is the same object holding the same frozen
+graph.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytensor
-from pytensor.compile import maker as function_maker
 from pytensor.graph.basic import Variable
-from pytensor.graph.fg import FunctionGraph
-from pytensor.graph.rewriting.basic import GraphRewriter, NodeRewriter
 from pytensor.graph.traversal import ancestors
+
+from gpubackend.conformance.probe import CALL, LINK, RewriteFreeProbe
 
 JAX_MODES = ("JAX", "JAX_GPU")
 REFERENCE_MODE = "FAST_COMPILE"
-
-
-class _Observer:
-    """Counts calls to PyTensor's rewrite/compile entry points while armed."""
-
-    ENTRY_POINTS = (
-        (GraphRewriter, "rewrite"),
-        (NodeRewriter, "transform"),
-        (FunctionGraph, "__init__"),
-        (function_maker.FunctionMaker, "__init__"),
-    )
-
-    def __init__(self) -> None:
-        self.calls: Counter[str] = Counter()
-        self.armed = False
-
-    def _counting(self, owner, name, original):
-        observer = self
-
-        def counted(*args, **kwargs):
-            if observer.armed:
-                observer.calls[f"{owner.__name__}.{name}"] += 1
-            return original(*args, **kwargs)
-
-        return counted
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[_Observer]:
-        originals = [(owner, name, owner.__dict__[name]) for owner, name in self.ENTRY_POINTS]
-        original_create = function_maker.FunctionMaker.create
-        original_function = pytensor.function
-        observer = self
-
-        def observed_create(maker, *args, **kwargs):
-            with observer.arm():
-                return original_create(maker, *args, **kwargs)
-
-        def observed_function(*args, **kwargs):
-            if observer.armed:
-                observer.calls["pytensor.function"] += 1
-            return original_function(*args, **kwargs)
-
-        try:
-            for owner, name, original in originals:
-                setattr(owner, name, self._counting(owner, name, original))
-            function_maker.FunctionMaker.create = observed_create
-            pytensor.function = observed_function
-            yield self
-        finally:
-            for owner, name, original in originals:
-                setattr(owner, name, original)
-            function_maker.FunctionMaker.create = original_create
-            pytensor.function = original_function
-
-    @contextlib.contextmanager
-    def arm(self) -> Iterator[None]:
-        previous, self.armed = self.armed, True
-        try:
-            yield
-        finally:
-            self.armed = previous
 
 
 def _inner_graph_ops(outputs: Sequence[Variable]) -> list:
@@ -109,13 +46,15 @@ def _frozen_snapshot(fgraph) -> tuple:
 def compile_checked(inputs, outputs, values, mode: str, **function_kwargs):
     """Compile under ``mode``, call twice, check the contract, return the second call's outputs."""
     canonical = [(op, op.fgraph, _frozen_snapshot(op.fgraph)) for op in _inner_graph_ops(outputs)]
-    observer = _Observer()
-    with observer.installed():
-        fn = pytensor.function(inputs, outputs, mode=mode, **function_kwargs)
-        with observer.arm():
+    probe = RewriteFreeProbe()
+    with probe.installed():
+        fn = probe.compile(lambda: pytensor.function(inputs, outputs, mode=mode, **function_kwargs))
+        with probe.phase(CALL):
             fn(*values)
             result = fn(*values)
-    assert not observer.calls, f"rewriting or compiling during link/call: {dict(observer.calls)}"
+    assert probe.counts[LINK].clean and probe.counts[CALL].clean, (
+        f"rewriting or compiling during link/call: link: {probe.counts[LINK].describe()}; calls: {probe.counts[CALL].describe()}"
+    )
     for op, fgraph, snapshot in canonical:
         assert op.fgraph is fgraph, f"{op} got a new inner graph"
         assert _frozen_snapshot(op.fgraph) == snapshot, f"{op}'s inner graph changed"

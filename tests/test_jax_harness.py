@@ -3,22 +3,26 @@
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from pytensor.graph.fg import FunctionGraph
 
-from tests.jax_lowering_harness import _Observer, compile_checked
+from gpubackend.conformance.probe import CALL, RewriteFreeProbe
+from tests.jax_lowering_harness import compile_checked
 
 
-def test_observer_counts_a_compile_while_armed_and_restores_pytensor():
-    original_function = pytensor.function
+def test_probe_counts_compiles_rewrites_and_graphs_only_in_a_phase_and_restores_pytensor():
+    original_init = FunctionGraph.__init__
     x = pt.vector("x")
-    with _Observer().installed() as observer:
+    probe = RewriteFreeProbe()
+    with probe.installed():
         pytensor.function([x], x + 1, mode="FAST_COMPILE")
-        assert not observer.calls
-        with observer.arm():
+        assert probe.counts[CALL].clean
+        with probe.phase(CALL):
             pytensor.function([x], x + 1, mode="FAST_COMPILE")
-    assert observer.calls["pytensor.function"] == 1
-    assert observer.calls["FunctionMaker.__init__"] == 1
-    assert observer.calls["GraphRewriter.rewrite"] > 0
-    assert pytensor.function is original_function
+    counts = probe.counts[CALL]
+    assert counts.compilations == 1
+    assert counts.rewrites > 0
+    assert counts.graphs_built > 0
+    assert FunctionGraph.__init__ is original_init
 
 
 def test_compile_checked_rejects_a_lowering_that_compiles_while_linking():

@@ -7,17 +7,12 @@ costs seconds.
 """
 
 import warnings
-from contextlib import contextmanager
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from pytensor.compile.io import In, Out
-from pytensor.compile.maker import FunctionMaker
-from pytensor.compile.mode import get_mode
 from pytensor.graph.replace import vectorize_graph
-from pytensor.graph.rewriting.basic import GraphRewriter
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 from pytensor.tensor.blockwise import Blockwise, BlockwiseWithCoreShape
 from pytensor.tensor.optimize import (
@@ -29,6 +24,7 @@ from pytensor.tensor.optimize import (
     root_scalar,
 )
 
+from gpubackend.conformance.probe import CALL, LINK, RewriteFreeProbe
 from gpubackend.dispatch.numba_optimize import ObjectModeFallbackWarning
 
 RTOL = 1e-6
@@ -172,57 +168,31 @@ def test_canonical_graph_unchanged_and_gradient_rederivable(bfgs_problem):
     np.testing.assert_allclose(rederived, bfgs_problem["expected"][2], rtol=RTOL)
 
 
-@contextmanager
-def record_compiles_and_rewrites():
-    """Record nested compiles and rewriter runs; restores PyTensor on exit."""
-    calls: list[str] = []
-    patched = [
-        (FunctionMaker, "__init__"),
-        (GraphRewriter, "rewrite"),
-        (pytensor.compile.maker, "function"),
-        (pytensor, "function"),
-    ]
-    originals = [getattr(owner, name) for owner, name in patched]
-
-    def spy(label, original):
-        def wrapper(*args, **kwargs):
-            calls.append(label)
-            return original(*args, **kwargs)
-
-        return wrapper
-
-    for (owner, name), original in zip(patched, originals):
-        setattr(owner, name, spy(f"{getattr(owner, '__name__', owner)}.{name}", original))
-    try:
-        yield calls
-    finally:
-        for (owner, name), original in zip(patched, originals):
-            setattr(owner, name, original)
-
-
 def link_and_call_twice(inputs, outputs, values):
-    mode = get_mode("NUMBA")
-    maker = FunctionMaker([In(i) for i in inputs], [Out(o) for o in outputs], mode)
-    with record_compiles_and_rewrites() as calls:
-        fn = maker.create()
-        results = [fn(*values) for _ in range(2)]
-    return calls, results
+    """Link under NUMBA and call twice while the conformance probe counts rewrites, graphs and compiles."""
+    probe = RewriteFreeProbe()
+    with probe.installed():
+        fn = probe.compile(lambda: pytensor.function(inputs, outputs, mode="NUMBA"))
+        with probe.phase(CALL):
+            results = [fn(*values) for _ in range(2)]
+    return probe.counts, results
 
 
 def test_link_and_calls_are_rewrite_free(bfgs_problem):
-    calls, results = link_and_call_twice(bfgs_problem["inputs"], bfgs_problem["outputs"], bfgs_problem["values"])
-    assert calls == []
+    counts, results = link_and_call_twice(bfgs_problem["inputs"], bfgs_problem["outputs"], bfgs_problem["values"])
+    assert counts[LINK].clean, counts[LINK].describe()
+    assert counts[CALL].clean, counts[CALL].describe()
     np.testing.assert_allclose(results[1][0], bfgs_problem["expected"][0], rtol=RTOL)
 
 
 def test_contract_check_detects_object_mode_fallback():
-    """The spy above must see the nested compile scipy's object-mode path makes."""
+    """The probe must see the nested compile scipy's object-mode path makes."""
     x = pt.vector("x")
     a = pt.scalar("a")
     solution, _ = minimize(rosenbrock(x, a), x, method="Nelder-Mead")
     with pytest.warns(ObjectModeFallbackWarning):
-        calls, _ = link_and_call_twice([x, a], [solution], (np.array([-1.2, 1.0]), 1.3))
-    assert any("FunctionMaker" in call for call in calls)
+        counts, _ = link_and_call_twice([x, a], [solution], (np.array([-1.2, 1.0]), 1.3))
+    assert counts[LINK].compilations + counts[CALL].compilations > 0
 
 
 def test_fallback_warns_once_naming_the_method_and_matches_scipy():

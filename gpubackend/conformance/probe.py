@@ -1,4 +1,4 @@
-"""Observe rewriter runs and nested function compilations while linking and calling.
+"""Observe rewriter runs, graphs built and nested function compilations while linking and calling.
 
 The probe wraps PyTensor entry points only inside `RewriteFreeProbe.installed`
 and restores the originals on exit, whatever happens. It only counts; it never
@@ -17,6 +17,7 @@ from types import FunctionType
 from typing import Any
 
 from pytensor.compile.maker import FunctionMaker
+from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, NodeRewriter
 
 LINK = "link"
@@ -29,15 +30,16 @@ _REWRITER_METHODS = ((GraphRewriter, ("rewrite", "apply")), (NodeRewriter, ("tra
 class PhaseCounts:
     rewrites: int = 0
     compilations: int = 0
+    graphs_built: int = 0
     rewriter_names: list[str] = field(default_factory=list)
     compiled_makers: set[int] = field(default_factory=set, repr=False)
 
     @property
     def clean(self) -> bool:
-        return self.rewrites == 0 and self.compilations == 0
+        return self.rewrites == 0 and self.compilations == 0 and self.graphs_built == 0
 
     def describe(self) -> str:
-        text = f"{self.rewrites} rewriter runs, {self.compilations} nested compilations"
+        text = f"{self.rewrites} rewriter runs, {self.compilations} nested compilations, {self.graphs_built} FunctionGraphs built"
         if self.rewriter_names:
             text += f" (e.g. {', '.join(sorted(set(self.rewriter_names))[:3])})"
         return text
@@ -50,7 +52,7 @@ def _subclasses(cls: type) -> Iterator[type]:
 
 
 class RewriteFreeProbe:
-    """Counts, per phase, rewriter invocations and `FunctionMaker`s built or created."""
+    """Counts, per phase, rewriter invocations, `FunctionGraph`s built and `FunctionMaker`s built or created."""
 
     def __init__(self) -> None:
         self.counts = {LINK: PhaseCounts(), CALL: PhaseCounts()}
@@ -73,6 +75,9 @@ class RewriteFreeProbe:
                 method = FunctionMaker.__dict__[name]
                 originals.append((FunctionMaker, name, method))
                 setattr(FunctionMaker, name, wrap(method))
+            graph_init = FunctionGraph.__dict__["__init__"]
+            originals.append((FunctionGraph, "__init__", graph_init))
+            setattr(FunctionGraph, "__init__", self._counting_graph_init(graph_init))
             yield self
         finally:
             for cls, name, method in reversed(originals):
@@ -105,6 +110,15 @@ class RewriteFreeProbe:
             return method(rewriter, *args, **kwargs)
 
         return counted
+
+    def _counting_graph_init(self, method: FunctionType) -> Callable:
+        @functools.wraps(method)
+        def init(graph, *args, **kwargs):
+            if self._phase is not None:
+                self.counts[self._phase].graphs_built += 1
+            return method(graph, *args, **kwargs)
+
+        return init
 
     def _count_compilation(self, maker: FunctionMaker) -> None:
         if self._phase is not None:
