@@ -1,12 +1,13 @@
 """gpubackend: a GPU-aware compilation backend for PyTensor.
 
-Importing it registers ``mode="JAX_GPU"`` and gpubackend's lowerings and
-compile-time baking rules on PyTensor's registries.
+Importing it registers ``mode="JAX_GPU"`` and gpubackend's compile-time
+baking rules on PyTensor's registries, and its lowerings for when PyTensor
+loads its JAX or Numba dispatch. It imports neither jax nor numba, so it starts
+no XLA backend and allocates no device memory.
 """
 
 from gpubackend import dispatch, rewrites
-from gpubackend.device_inputs import InputDeviceError
-from gpubackend.devices import DeviceNotFoundError, resolve_device
+from gpubackend.devices import DeviceNotFoundError, InputDeviceError, resolve_device
 from gpubackend.linker import JAXGPULinker
 from gpubackend.mode import jax_gpu_mode, register
 

@@ -16,15 +16,11 @@ import numpy as np
 from jax.sharding import Sharding, SingleDeviceSharding
 from pytensor.graph.type import Type
 
+from gpubackend.devices import InputDeviceError
 from gpubackend.placement import check_divisible, input_label, place
 
-_ARRAY_CLASS = type(jax.numpy.zeros(()))
 _DLPACK_CPU = 1
 _DLPACK_CUDA = 2
-
-
-class InputDeviceError(ValueError):
-    """An input array lives on a device other than the function's target device."""
 
 
 class DeviceResidentInput:
@@ -148,7 +144,7 @@ class ResidentSharedCell:
 
     def __getitem__(self, index: int) -> jax.Array:
         value = self.cell[index]
-        if value.__class__ is not _ARRAY_CLASS or value.sharding != self.sharding:
+        if not isinstance(value, jax.Array) or value.sharding != self.sharding:
             check_divisible(np.shape(value), self.split_axis, self.sharding, self.label)
             if isinstance(value, jax.Array):
                 value = jax.device_put(value, self.sharding)

@@ -1,16 +1,22 @@
-"""Naming and finding the JAX device a function runs on."""
+"""Naming and finding the JAX device a function runs on.
+
+jax is imported when a device is first resolved, not with this module:
+``import gpubackend`` must not load JAX (see the README, "Importing gpubackend").
+"""
 
 from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING, Union
 
-import jax
+if TYPE_CHECKING:
+    import jax
 
 DEVICE_ENV_VAR = "GPUBACKEND_DEVICE"
 DEFAULT_DEVICE = "gpu"
 
-DeviceSpec = str | jax.Device
+DeviceSpec = Union[str, "jax.Device"]
 
 _SPEC_PATTERN = re.compile(r"^(?P<platform>gpu|cpu)(?::(?P<index>\d+))?$")
 
@@ -19,11 +25,28 @@ class DeviceNotFoundError(RuntimeError):
     """The requested device does not exist; gpubackend never falls back silently."""
 
 
+class InputDeviceError(ValueError):
+    """An input array lives on a device other than the function's target device."""
+
+
+def check_device_spec(device: object, argument: str = "device") -> None:
+    """Refuse, by argument name, a device that is neither None, a device name nor a ``jax.Device``."""
+    if device is None or isinstance(device, str):
+        return
+    import jax  # a non-string device can only be a jax.Device, so jax is loaded already when it is one
+
+    if not isinstance(device, jax.Device):
+        raise TypeError(
+            f"{argument}={device!r}: expected 'gpu', 'gpu:N', 'cpu', 'cpu:N', a jax.Device or None, "
+            f"got a {type(device).__name__}."
+        )
+
+
 def requested_device_spec(device: DeviceSpec | None) -> DeviceSpec:
-    """The device asked for: the argument, else ``$GPUBACKEND_DEVICE``, else ``"gpu"``."""
+    """The device asked for: the argument, else ``$GPUBACKEND_DEVICE`` (unless empty), else ``"gpu"``."""
     if device is not None:
         return device
-    return os.environ.get(DEVICE_ENV_VAR, DEFAULT_DEVICE)
+    return os.environ.get(DEVICE_ENV_VAR, "").strip() or DEFAULT_DEVICE
 
 
 def resolve_device(device: DeviceSpec | None = None) -> jax.Device:
@@ -32,8 +55,9 @@ def resolve_device(device: DeviceSpec | None = None) -> jax.Device:
     Raises `DeviceNotFoundError` when the device does not exist, and
     `ValueError` when the string is not one of the accepted forms.
     """
+    check_device_spec(device)
     spec = requested_device_spec(device)
-    if isinstance(spec, jax.Device):
+    if not isinstance(spec, str):
         return spec
     match = _SPEC_PATTERN.match(spec.strip().lower())
     if match is None:
@@ -51,6 +75,8 @@ def resolve_device(device: DeviceSpec | None = None) -> jax.Device:
 
 def platform_devices(platform: str) -> list[jax.Device]:
     """JAX's devices for ``platform``, or an empty list when it has no such backend."""
+    import jax
+
     try:
         return jax.devices(platform)
     except RuntimeError:
@@ -78,7 +104,7 @@ def _not_found_message(spec: str, platform: str) -> str:
         f"gpubackend: the requested device {spec!r} does not exist. "
         f"JAX sees: {seen}. "
         + (
-            "For NVIDIA GPUs install the CUDA extra: pip install 'gpubackend[cuda12]'. "
+            "For NVIDIA GPUs install the CUDA extra: pip install 'gpubackend[cuda13]' (or 'gpubackend[cuda12]' for CUDA 12 drivers). "
             if platform == "gpu"
             else ""
         )

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jax
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.link.basic import Container
 from pytensor.link.jax.linker import JAXLinker
 
-# PyTensor's JAX dispatch sets jax_enable_x64 from floatX when it is imported.
-# Importing it here, not at first compile, means arrays users put on the
-# device right after `import gpubackend` already get floatX precision.
-import pytensor.link.jax.dispatch  # noqa: E402, F401  isort: skip
-
-from gpubackend.device_inputs import DeviceResidentInput, ResidentSharedCell, StaticShapeInput
-from gpubackend.devices import DeviceSpec, resolve_device
+from gpubackend.devices import DeviceSpec, check_device_spec, resolve_device
 from gpubackend.dispatch.jax_while_steps import WHILE_STEPS_KEY, StepSpecialisedFunction, WhileStepSpecialisation
-from gpubackend.placement import DevicesSpec, Placement, ShardSpec, input_label, resolve_devices
+
+if TYPE_CHECKING:
+    from gpubackend.placement import DevicesSpec, ShardSpec
+
+# jax and the modules built on it (placement, device_inputs) are imported when a
+# function is first linked, as PyTensor's own JAXLinker does: `import gpubackend`
+# must not load JAX (README, "Importing gpubackend").
 
 
 class JAXGPULinker(JAXLinker):
@@ -52,6 +51,7 @@ class JAXGPULinker(JAXLinker):
             raise ValueError("Pass either device= (one device) or devices= (a mesh), not both.")
         if shard and devices is None:
             raise ValueError("shard= splits inputs over several devices: pass devices= as well.")
+        check_device_spec(device)
         self.device_spec = device
         self.devices_spec = devices
         self.shard = dict(shard or {})
@@ -59,6 +59,12 @@ class JAXGPULinker(JAXLinker):
         super().__init__(**kwargs)
 
     def make_all(self, input_storage=None, output_storage=None, storage_map=None):
+        # PyTensor's JAX dispatch sets jax_enable_x64 from floatX when it loads:
+        # load it before anything here touches JAX, so every array gets floatX precision.
+        import pytensor.link.jax.dispatch  # noqa: F401
+
+        from gpubackend.placement import Placement, resolve_devices
+
         inputs = self.fgraph.inputs
         if self.devices_spec is None:
             self.placement = Placement.on_device(resolve_device(self.device_spec), len(inputs))
@@ -73,6 +79,8 @@ class JAXGPULinker(JAXLinker):
         return fn, input_containers, output_containers, thunks, nodes
 
     def _input_container(self, position: int, container: Container) -> Container:
+        from gpubackend.device_inputs import DeviceResidentInput, StaticShapeInput
+
         variable = self.fgraph.inputs[position]
         if position in self.scalar_shape_inputs:
             container_type = StaticShapeInput(variable.type)
@@ -99,6 +107,9 @@ class JAXGPULinker(JAXLinker):
         return self.while_steps.returning_step_counts(graph_fn)
 
     def create_thunk_inputs(self, storage_map):
+        from gpubackend.device_inputs import ResidentSharedCell
+        from gpubackend.placement import input_label
+
         thunk_inputs = super().create_thunk_inputs(storage_map)
         placement = self.placement
         return [
@@ -118,6 +129,8 @@ class JAXGPULinker(JAXLinker):
         return isinstance(variable, SharedVariable) and hasattr(variable.type, "dtype")
 
     def jit_compile(self, fn):
+        import jax
+
         # A call runs again when a while-Scan stops after a new number of steps,
         # so its inputs must survive the first run: nothing is donated then.
         donated = [] if self.while_steps else sorted(set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs))

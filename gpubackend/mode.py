@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pytensor.compile.mode import JAX, Mode, predefined_linkers, predefined_modes, register_linker, register_mode
 
 from gpubackend.devices import DeviceSpec
 from gpubackend.linker import JAXGPULinker
-from gpubackend.placement import DevicesSpec, ShardSpec
+
+if TYPE_CHECKING:  # placement imports jax, which loads with the first compile
+    from gpubackend.placement import DevicesSpec, ShardSpec
 
 MODE_NAME = "JAX_GPU"
 LINKER_NAME = "jax_gpu"

@@ -7,6 +7,8 @@ op's ``success`` output is True exactly when optimistix reports a successful
 result. Gradients of the solution need nothing here: PyTensor derives them
 symbolically (implicit function theorem), so the backward graph is ordinary ops.
 Under `Blockwise` the stock lowering vectorises the core function with vmap.
+The ``jax_funcify_*`` functions are registered by `jax_optimize_registration`,
+which imports this module (and optimistix) only when an optimize op is lowered.
 """
 
 from __future__ import annotations
@@ -65,12 +67,10 @@ def _vector_solve(op: ScipyWrapperOp, kwargs: dict, choose: Callable[..., Solver
     return vector_solve
 
 
-@jax_funcify.register(MinimizeOp)
 def jax_funcify_MinimizeOp(op: MinimizeOp, node=None, **kwargs) -> Callable:
     return _vector_solve(op, kwargs, minimize_solver, optx.minimise)
 
 
-@jax_funcify.register(RootOp)
 def jax_funcify_RootOp(op: RootOp, node=None, **kwargs) -> Callable:
     return _vector_solve(op, kwargs, root_solver, optx.root_find)
 
@@ -92,7 +92,6 @@ def _search_interval(objective: Objective, bounds: dict, args: tuple, max_steps:
     return expand_bracket(lambda y: objective(y, args), start[0], start[1], max_steps)
 
 
-@jax_funcify.register(MinimizeScalarOp)
 def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> Callable:
     choice = minimize_scalar_solver(op.method, op.optimizer_kwargs, dtype=_dtype(op))
     if op.method == "bounded" and "bounds" not in op.bound_kwargs:
@@ -113,7 +112,6 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> C
     return minimize_scalar
 
 
-@jax_funcify.register(RootScalarOp)
 def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
     choice = root_scalar_solver(op.method, op.optimizer_kwargs, dtype=_dtype(op))
     brackets = op.method in BRACKETING_ROOT_METHODS

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from itertools import chain
 
-import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 from pytensor.link.jax.dispatch.basic import jax_funcify
@@ -149,6 +148,8 @@ def _while_loop(keep_going: Callable, body: Callable, init, max_steps):
     """
     if isinstance(max_steps, jax.core.Tracer):
         return jax.lax.while_loop(keep_going, body, init)
+    import equinox.internal as eqxi  # equinox loads with the first while-Scan, not with gpubackend
+
     return eqxi.while_loop(keep_going, body, init, max_steps=int(max_steps), kind="checkpointed")
 
 

@@ -27,7 +27,6 @@ from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import graph_rewriter
 from pytensor.graph.traversal import ancestors
-from pytensor.link.jax.dispatch.shape import JAXShapeTuple
 from pytensor.scan.op import Scan
 from pytensor.tensor.basic import Alloc, AllocEmpty, ARange, Eye
 from pytensor.tensor.shape import Reshape
@@ -62,6 +61,9 @@ def static_integer_length_inputs(fgraph: FunctionGraph) -> None:
     if not lengths:
         return
     static_inputs = [variable for variable in ancestors(lengths) if _is_integer_scalar_input(variable, fgraph)]
+    # PyTensor's JAX dispatch (and jax) load with the first JAX compile, not with gpubackend.
+    from pytensor.link.jax.dispatch.shape import JAXShapeTuple
+
     for variable in static_inputs:
         clients = fgraph.clients[variable]
         if clients and all(isinstance(client.op, JAXShapeTuple) for client, _ in clients):

@@ -1,0 +1,30 @@
+"""The JAX lowerings of PyTensor's optimize ops, registered by op type, loaded on first use.
+
+`gpubackend.dispatch.jax_optimize` needs optimistix, equinox and lineax, which
+take about a second to import. ``jax_funcify`` dispatches on PyTensor's op
+classes, so registering needs none of them: each registration here imports the
+lowering module only when an optimize op is first lowered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pytensor.link.jax.dispatch.basic import jax_funcify
+from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp
+
+
+def _register_on_first_use(op_class: type) -> None:
+    lowering_name = f"jax_funcify_{op_class.__name__}"
+
+    def lower(op, node=None, **kwargs) -> Callable:
+        from gpubackend.dispatch import jax_optimize
+
+        return getattr(jax_optimize, lowering_name)(op, node=node, **kwargs)
+
+    lower.__name__ = lowering_name
+    jax_funcify.register(op_class)(lower)
+
+
+for _op_class in (MinimizeOp, RootOp, MinimizeScalarOp, RootScalarOp):
+    _register_on_first_use(_op_class)
