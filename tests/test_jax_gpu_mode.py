@@ -172,7 +172,7 @@ def test_missing_gpu_raises_device_not_found():
         pytensor.function([x], x + 1, mode=jax_gpu_mode("gpu"))
     message = str(excinfo.value)
     assert "cpu:0" in message and "cpu:1" in message
-    assert "gpubackend[cuda12]" in message
+    assert "gpubackend[cuda13]" in message and "gpubackend[cuda12]" in message
     assert "GPUBACKEND_DEVICE=cpu" in message
     assert isinstance(excinfo.value, RuntimeError)
 
@@ -186,6 +186,20 @@ def test_out_of_range_device_raises_device_not_found(spec):
 def test_malformed_device_string_is_a_value_error():
     with pytest.raises(ValueError, match="'tpu:0' is not understood"):
         gpubackend.resolve_device("tpu:0")
+
+
+@pytest.mark.parametrize("device", [123, 1.5, ["cpu"]])
+def test_device_of_the_wrong_type_is_a_type_error_naming_the_argument(device):
+    with pytest.raises(TypeError, match=r"device=.*expected 'gpu', 'gpu:N', 'cpu', 'cpu:N', a jax.Device or None"):
+        jax_gpu_mode(device)
+    with pytest.raises(TypeError, match="device="):
+        gpubackend.resolve_device(device)
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_empty_device_environment_variable_means_the_default(monkeypatch, empty):
+    monkeypatch.setenv("GPUBACKEND_DEVICE", empty)
+    assert gpubackend.devices.requested_device_spec(None) == gpubackend.devices.DEFAULT_DEVICE == "gpu"
 
 
 def test_device_is_read_from_environment_at_compile_time(monkeypatch, other_device):

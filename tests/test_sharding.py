@@ -205,21 +205,28 @@ def _divisible_batch(values, batch_axes, n_devices):
 
 @pytest.mark.parametrize("case", BATCHED_CASES, ids=lambda case: case.name)
 def test_catalogue_case_sharded_along_its_batch_axis_matches_one_device(case, target_device):
+    """The mesh is of the target's platform; results agree at the case's own tolerance.
+
+    Sharding changes reduction orders, and an iterative solver amplifies a
+    one-ulp difference (BFGS moves by ~5e-10 on a GPU), so a tighter bound
+    would test the hardware, not the sharding.
+    """
     graph = case.build()
-    values = _divisible_batch(graph.values, case.batch_axes, len(CPU_DEVICES))
+    mesh_devices = gpubackend.devices.platform_devices(target_device.platform)
+    values = _divisible_batch(graph.values, case.batch_axes, len(mesh_devices))
     shard = {variable: axis for variable, axis in zip(graph.inputs, case.batch_axes, strict=True) if axis is not None}
     single = pytensor.function(graph.inputs, graph.outputs, mode=jax_gpu_mode(target_device))(*values)
-    sharded_fn = pytensor.function(graph.inputs, graph.outputs, mode=jax_gpu_mode(devices="cpu", shard=shard))
+    sharded_fn = pytensor.function(graph.inputs, graph.outputs, mode=jax_gpu_mode(devices=mesh_devices, shard=shard))
     for position, axis in enumerate(case.batch_axes):
         if axis is not None:
             assert sharded_fn.input_storage[position].type.sharding.spec[axis] == "devices"
     sharded = sharded_fn(*values)
     for got, expected in zip(sharded, single, strict=True):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=graph.rtol, atol=graph.atol)
 
 
 @pytest.mark.skipif(bool(gpubackend.devices.platform_devices("gpu")), reason="this machine has a GPU, so a missing GPU cannot be observed")
 def test_mesh_of_all_gpus_without_a_gpu_is_rejected():
     x = pt.vector("x")
-    with pytest.raises(DeviceNotFoundError, match="'gpu'.*gpubackend\\[cuda12\\]"):
+    with pytest.raises(DeviceNotFoundError, match="'gpu'.*gpubackend\\[cuda13\\]"):
         pytensor.function([x], x * 2, mode=jax_gpu_mode(devices="gpu", shard={x: 0}))

@@ -4,6 +4,7 @@ import json
 import os
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ["JAX_PLATFORMS"] = "cpu"  # the meshes are of host devices, on a GPU machine too
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -1,0 +1,122 @@
+"""``import gpubackend`` has no device side effects and loads its heavy dependencies on first use.
+
+Each check runs in a fresh interpreter, because the test session itself has
+long since imported JAX. The import's cost is measured by
+``benchmarks/bench_import.py``, not here.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+HEAVY = ("jax", "jaxlib", "numba", "numpyro", "optimistix", "equinox", "lineax", "gpubackend.solvers")
+
+
+def run_fresh(script: str, env: dict[str, str] | None = None) -> dict:
+    """Run ``script`` in a new interpreter in the repository root; it prints one JSON line last."""
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300, env=env or os.environ
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+LOADED = f"[m for m in {HEAVY!r} if m in sys.modules]"
+
+
+def test_import_loads_no_jax_numba_or_solver_stack():
+    seen = run_fresh(f"import json, sys\nimport gpubackend\nprint(json.dumps({LOADED}))")
+    assert seen == []
+
+
+def test_import_then_jax_has_no_backend_initialised():
+    script = (
+        "import json\nimport gpubackend\nimport jax\nfrom jax._src import xla_bridge\n"
+        "print(json.dumps(sorted(xla_bridge._backends)))"
+    )
+    assert run_fresh(script) == []
+
+
+def test_jax_lowerings_register_when_pytensor_loads_its_jax_dispatch():
+    script = f"""
+import json, sys
+import gpubackend
+from pytensor.link.jax.dispatch import jax_funcify
+from pytensor.scan.op import Scan
+from pytensor.tensor.optimize import MinimizeOp
+print(json.dumps({{"scan": jax_funcify.dispatch(Scan).__module__, "minimize": jax_funcify.dispatch(MinimizeOp).__module__,
+                  "loaded": {LOADED}}}))
+"""
+    seen = run_fresh(script)
+    assert seen["scan"] == "gpubackend.dispatch.jax_scan"
+    assert seen["minimize"] == "gpubackend.dispatch.jax_optimize_registration"
+    assert "optimistix" not in seen["loaded"] and "equinox" not in seen["loaded"]
+
+
+def test_lowerings_register_at_once_when_pytensor_dispatch_is_already_loaded():
+    script = """
+import json
+from pytensor.link.jax.dispatch import jax_funcify
+from pytensor.link.numba.dispatch import numba_funcify
+from pytensor.scan.op import Scan
+from pytensor.tensor.optimize import MinimizeOp
+import gpubackend
+print(json.dumps([jax_funcify.dispatch(Scan).__module__, numba_funcify.dispatch(MinimizeOp).__module__]))
+"""
+    assert run_fresh(script) == ["gpubackend.dispatch.jax_scan", "gpubackend.dispatch.numba_optimize"]
+
+
+def test_numba_lowerings_register_when_pytensor_loads_its_numba_dispatch():
+    script = f"""
+import json, sys
+import gpubackend
+from pytensor.link.numba.dispatch import numba_funcify
+from pytensor.tensor.optimize import MinimizeOp
+print(json.dumps({{"minimize": numba_funcify.dispatch(MinimizeOp).__module__, "loaded": {LOADED}}}))
+"""
+    seen = run_fresh(script)
+    assert seen["minimize"] == "gpubackend.dispatch.numba_optimize"
+    assert "jax" not in seen["loaded"]
+
+
+def test_optimistix_loads_with_the_first_optimize_op_lowered():
+    script = f"""
+import json, sys
+import numpy as np, pytensor, pytensor.tensor as pt
+import gpubackend
+from pytensor.tensor.optimize import minimize
+x = pt.vector("x")
+plain = pytensor.function([x], (x ** 2).sum(), mode="JAX_GPU")
+before = {LOADED}
+solution, success = minimize((x ** 2).sum(), x, method="BFGS")
+solved = pytensor.function([x], solution, mode="JAX_GPU")
+print(json.dumps({{"before": before, "after": {LOADED}, "solution": np.asarray(solved(np.ones(2))).tolist()}}))
+"""
+    seen = run_fresh(script)
+    assert "optimistix" not in seen["before"] and "jax" in seen["before"]
+    assert "optimistix" in seen["after"]
+    assert seen["solution"] == pytest.approx([0.0, 0.0], abs=1e-6)
+
+
+@pytest.mark.parametrize("float_x, enabled, dtype", [("float64", True, "float64"), ("float32", False, "float32")])
+def test_jax_enable_x64_follows_floatx_from_the_first_compile_on(float_x, enabled, dtype):
+    script = """
+import json
+import numpy as np, pytensor, pytensor.tensor as pt
+import gpubackend
+import jax
+at_import = jax.config.jax_enable_x64
+x = pt.vector("x")
+out = pytensor.function([x], x * 2, mode="JAX_GPU")(np.ones(3, dtype=pytensor.config.floatX))
+print(json.dumps({"at_import": at_import, "after_compile": jax.config.jax_enable_x64, "dtype": str(out.dtype)}))
+"""
+    env = {key: value for key, value in os.environ.items() if key != "JAX_ENABLE_X64"}
+    env["PYTENSOR_FLAGS"] = ",".join(filter(None, [env.get("PYTENSOR_FLAGS"), f"floatX={float_x}"]))
+    seen = run_fresh(script, env)
+    assert seen == {"at_import": False, "after_compile": enabled, "dtype": dtype}
