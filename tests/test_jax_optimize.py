@@ -8,6 +8,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+import scipy.optimize
 from pytensor.graph.replace import vectorize_graph
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.optimize import minimize, minimize_scalar, root, root_scalar
@@ -106,6 +107,27 @@ def test_blockwise_minimize_is_vmapped(mode):
 def test_success_is_false_when_the_budget_runs_out(mode):
     inputs, _, success = _minimize_problem("BFGS", options={"maxiter": 1})
     assert assert_matches_reference(inputs, [success], [X0, A_VALUE], mode)[0] == np.False_
+
+
+def _rosenbrock(x):
+    return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+
+
+@pytest.mark.parametrize("method", ["BFGS", "CG", "L-BFGS-B"])
+def test_maxiter_counts_scipy_iterations_not_evaluations(method):
+    """Twice the iterations scipy needs is enough, a third is not: for scipy and for the lowering alike.
+
+    optimistix counts every trial point as a step, several per iteration
+    (BFGS: 72 steps for scipy's 33 iterations here), so a budget in its steps
+    would fail where scipy succeeds.
+    """
+    x0 = np.array([-1.2, 1.0, -0.5, 0.8])
+    needed = scipy.optimize.minimize(_rosenbrock, x0, method=method).nit
+    x = pt.vector("x")
+    for maxiter, converges in [(2 * needed, True), (needed // 3, False)]:
+        assert scipy.optimize.minimize(_rosenbrock, x0, method=method, options={"maxiter": maxiter}).success == converges
+        _, success = minimize(_rosenbrock(x), x, method=method, optimizer_kwargs={"options": {"maxiter": maxiter}})
+        assert bool(compile_checked([x], [success], [x0], "JAX_GPU")[0]) == converges, (maxiter, needed)
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)

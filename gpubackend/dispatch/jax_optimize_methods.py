@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
@@ -53,6 +55,58 @@ class _Family:
                 f"supported methods are {self.supported()}"
             )
         return factory
+
+
+class ScipyIterations(optx.AbstractMinimiser):
+    """A minimiser whose budget counts scipy's iterations, not optimistix's steps.
+
+    Every optimistix step evaluates one trial point, and a line search may
+    reject several before one is accepted; scipy's ``maxiter`` counts
+    iterations, each ending in an accepted move of the iterate. This wrapper
+    counts the steps that move the iterate and stops, with optimistix's
+    "max steps reached" result, once ``max_iterations`` of them are done
+    without convergence. optimistix's own ``max_steps`` then only bounds the
+    evaluations (see `EVALUATIONS_PER_ITERATION`).
+    """
+
+    solver: optx.AbstractMinimiser
+    max_iterations: int = eqx.field(static=True)
+
+    @property
+    def rtol(self):
+        return self.solver.rtol
+
+    @property
+    def atol(self):
+        return self.solver.atol
+
+    @property
+    def norm(self):
+        return self.solver.norm
+
+    def init(self, fn, y, args, options, f_struct, aux_struct, tags):
+        return self.solver.init(fn, y, args, options, f_struct, aux_struct, tags), jnp.array(0)
+
+    def step(self, fn, y, args, options, state, tags):
+        inner, iterations = state
+        new_y, inner, aux = self.solver.step(fn, y, args, options, inner, tags)
+        moved = jnp.any(new_y != y)
+        return new_y, (inner, iterations + moved.astype(iterations.dtype)), aux
+
+    def terminate(self, fn, y, args, options, state, tags):
+        inner, iterations = state
+        done, result = self.solver.terminate(fn, y, args, options, inner, tags)
+        out_of_iterations = (iterations >= self.max_iterations) & ~done
+        result = optx.RESULTS.where(out_of_iterations, optx.RESULTS.nonlinear_max_steps_reached, result)
+        return done | out_of_iterations, result
+
+    def postprocess(self, fn, y, aux, args, options, state, tags, result):
+        return self.solver.postprocess(fn, y, aux, args, options, state[0], tags, result)
+
+
+EVALUATIONS_PER_ITERATION = 64
+"""optimistix steps allowed per scipy iteration: a backtracking search halving its
+step 64 times has stalled (2**-64), so the iteration count is what stops a solve."""
 
 
 def _minimiser(cls) -> _Factory:
@@ -129,8 +183,10 @@ def minimize_solver(method: str, kwargs: Mapping[str, Any], n_variables: int, dt
     tol = kwargs.get("tol")
     rtol = tol if tol is not None else options.get("xtol", 1e-8)
     atol = tol if tol is not None else options.get("gtol", options.get("ftol", 1e-8))
-    default_steps = 15000 if method == "L-BFGS-B" else 200 * max(n_variables, 1)
-    return _choice(factory, rtol, atol, options.get("maxiter", default_steps), dtype)
+    default_iterations = 15000 if method == "L-BFGS-B" else 200 * max(n_variables, 1)
+    iterations = int(options.get("maxiter", default_iterations))
+    choice = _choice(factory, rtol, atol, iterations, dtype)
+    return SolverChoice(ScipyIterations(choice.solver, iterations), EVALUATIONS_PER_ITERATION * (iterations + 1))
 
 
 def root_solver(method: str, kwargs: Mapping[str, Any], n_variables: int, dtype: str) -> SolverChoice:
