@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
     for device in visible_devices():
         console.print(f"  JAX device {describe_device(device)}")
     if not any(d.platform == "gpu" for d in visible_devices()):
-        console.print(escape("  No GPU is visible: JAX runs on host devices only (install gpubackend[cuda12] on a CUDA machine)."))
+        console.print(escape("  No GPU is visible: JAX runs on host devices only (install gpubackend[cuda13], or [cuda12], on a CUDA machine)."))
 
     runs = []
     for backend, device in usable_targets():

@@ -3,6 +3,7 @@
 import os
 import shutil
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -68,3 +69,21 @@ def test_gpu_leg_rejects_unknown_arguments():
     result = subprocess.run(["bash", str(GPU_LEG), "--bogus"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "usage" in result.stderr
+
+
+def test_gpu_leg_rejects_an_unknown_cuda_version():
+    result = subprocess.run(["bash", str(GPU_LEG), "--cuda", "11"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--cuda 12|13" in result.stderr
+
+
+def test_gpu_leg_uses_a_provisioned_python_and_names_what_it_lacks(tmp_path):
+    # A Python without site-packages stands in for a provisioned one that lacks the stack.
+    bare = tmp_path / "bare-python"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    bare.chmod(0o755)
+    result = subprocess.run(
+        ["bash", str(GPU_LEG), "--simulate", "--python", str(bare)], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    assert "lacks: pytensor, jax, numba, optimistix" in result.stderr

@@ -1,20 +1,36 @@
 #!/usr/bin/env bash
 # The GPU leg of the CI matrix. Run from anywhere; it works in the repository root.
 #
-#   ci/gpu/run.sh              on a self-hosted runner with an NVIDIA GPU and CUDA 12
-#   ci/gpu/run.sh --simulate   the same steps on two simulated host devices (no CUDA install),
-#                              so the leg is rehearsed on machines without a GPU
+#   ci/gpu/run.sh                on a self-hosted runner with an NVIDIA GPU: builds .venv with
+#                                the cuda13 extra (jax[cuda13], cupy-cuda13x)
+#   ci/gpu/run.sh --cuda 12      the same with the cuda12 extra, for CUDA 12 drivers
+#   ci/gpu/run.sh --python PATH  use an already-provisioned Python (JAX with CUDA, PyTensor, ...
+#                                installed; e.g. a container with no package index) instead of
+#                                building .venv; gpubackend is taken from this checkout
+#   ci/gpu/run.sh --simulate     the same steps on two simulated host devices (no CUDA install),
+#                                so the leg is rehearsed on machines without a GPU
 #
 # Reports land in $REPORTS (default reports/gpu, or reports/gpu-simulated).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+usage() {
+  echo "usage: ci/gpu/run.sh [--simulate] [--python PATH] [--cuda 12|13]" >&2
+  exit 2
+}
+
 simulate=false
-case "${1:-}" in
-  --simulate) simulate=true ;;
-  "") ;;
-  *) echo "usage: ci/gpu/run.sh [--simulate]" >&2; exit 2 ;;
-esac
+python=""
+cuda=13
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --simulate) simulate=true ;;
+    --python) [ $# -ge 2 ] || usage; python=$2; shift ;;
+    --cuda) [ $# -ge 2 ] && [[ "$2" =~ ^(12|13)$ ]] || usage; cuda=$2; shift ;;
+    *) usage ;;
+  esac
+  shift
+done
 
 no_gpu() {
   echo "ci/gpu: no CUDA GPU is visible ($1)." >&2
@@ -34,14 +50,28 @@ else
   nvidia-smi -L >/dev/null 2>&1 || no_gpu "nvidia-smi lists no device"
   export GPUBACKEND_DEVICE="gpu"
   label="gpu leg"
-  extras="test,cuda12"
+  extras="test,cuda$cuda"
   reports="${REPORTS:-reports/gpu}"
 fi
 # Parallel test workers must not each grab 75% of the GPU's memory.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 
-make --no-print-directory venv EXTRAS="$extras"
-py=.venv/bin/python
+if [ -n "$python" ]; then
+  [ -x "$python" ] || { echo "ci/gpu: --python $python is not an executable" >&2; exit 2; }
+  py=$python
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  # Nothing is installed into a provisioned Python: say what it lacks, all at once.
+  "$py" - <<'PY' || exit 1
+import importlib.util, sys
+needed = ("pytensor", "jax", "numba", "optimistix", "equinox", "lineax", "rich", "hypothesis", "pytest", "xdist")
+missing = [name for name in needed if importlib.util.find_spec(name) is None]
+if missing:
+    sys.exit(f"ci/gpu: the Python given with --python ({sys.executable}) lacks: {', '.join(missing)}")
+PY
+else
+  make --no-print-directory venv EXTRAS="$extras"
+  py=.venv/bin/python
+fi
 
 if $simulate; then
   "$py" -c 'import jax, sys; n = len(jax.devices("cpu")); sys.exit(0 if n >= 2 else f"ci/gpu: expected 2 simulated devices, JAX sees {n}")'
