@@ -13,7 +13,7 @@ from rich.console import Console
 
 from gpubackend.conformance.cli import main
 from gpubackend.conformance.reports import load_report, merge_reports, write_reports
-from gpubackend.conformance.results import FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
+from gpubackend.conformance.results import CRASH, FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
 from gpubackend.conformance.runner import run_and_report
 from gpubackend.devices import DEVICE_ENV_VAR
 
@@ -42,7 +42,7 @@ def test_json_round_trips_with_environment_summary_and_results(report, tmp_path)
     paths = write_reports(report, tmp_path)
     data = json.loads(paths["json"].read_text())
     assert data["environment"]["label"] == "leg"
-    assert data["summary"]["total"] == {PASS: 1, FAIL: 1, UNSUPPORTED: 1, OBJECT_MODE: 1}
+    assert data["summary"]["total"] == {PASS: 1, FAIL: 1, UNSUPPORTED: 1, OBJECT_MODE: 1, CRASH: 0}
     assert [r["case"] for r in data["results"]] == ["a_case", "b_case", "c_case", "d_case"]
     assert {"name", "ok", "detail"} == set(data["results"][1]["checks"][1])
     assert load_report(paths["json"]).to_json() == report.to_json()

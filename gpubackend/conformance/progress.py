@@ -10,15 +10,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 @contextmanager
 def progress_bar(total: int) -> Iterator[Callable[[str], None]]:
-    """Yield ``advance(description)``: mark the previous step done and show the next one."""
+    """Yield ``advance(description)``: one more step done, ``description`` saying which. Safe from threads."""
     columns = (TextColumn("conformance"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, TextColumn("{task.description}")) as progress:
-        task = progress.add_task("", total=total)
-        started = False
+        task = progress.add_task("starting", total=total)
 
         def advance(description: str) -> None:
-            nonlocal started
-            progress.update(task, advance=1 if started else 0, description=description)
-            started = True
+            progress.update(task, advance=1, description=description)
 
         yield advance

@@ -12,11 +12,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from gpubackend.conformance.results import FAIL, OBJECT_MODE, PASS, STATUSES, UNSUPPORTED, CaseResult, Report
+from gpubackend.conformance.results import CRASH, FAIL, FAILING, OBJECT_MODE, PASS, STATUSES, UNSUPPORTED, CaseResult, Report
 
 BASENAME = "conformance"
 
-_STATUS_MARK = {PASS: "✅ pass", FAIL: "❌ fail", UNSUPPORTED: "⚪ unsupported", OBJECT_MODE: "🟡 object-mode"}
+_STATUS_MARK = {
+    PASS: "✅ pass", FAIL: "❌ fail", UNSUPPORTED: "⚪ unsupported", OBJECT_MODE: "🟡 object-mode", CRASH: "💥 crash"
+}
 
 
 def write_reports(report: Report, out_dir: str | Path, junit: bool = True) -> dict[str, Path]:
@@ -44,9 +46,11 @@ def print_summary(report: Report, paths: dict[str, Path], console: Console) -> N
         console.print(f"[bold]{escape(column)}[/bold]: {parts}")
     for result in report.results:
         if result.status != PASS:
-            colour = "red" if result.status == FAIL else "yellow"
+            colour = "red" if result.status in FAILING else "yellow"
             line = escape(f"{result.case} on {result.column}: {result.summary_line()}")
             console.print(f"  [{colour}]{result.status}[/{colour}] {line}")
+            if result.log_tail:
+                console.print(escape(_indented(result.log_tail)), highlight=False)
     console.print("reports: " + ", ".join(str(path) for path in paths.values()))
 
 
@@ -69,8 +73,12 @@ def _matrix(report: Report) -> tuple[list[str], list[str], dict[tuple[str, str],
     return report.cases(), report.columns(), cells
 
 
+def _indented(text: str) -> str:
+    return "\n".join(f"    {line}" for line in text.splitlines())
+
+
 def to_junit(report: Report) -> ET.Element:
-    """One testsuite per column, one testcase per case; fail -> <failure>, unsupported/object-mode -> <skipped>."""
+    """One testsuite per column, one testcase per case; fail -> <failure>, crash -> <error>, unsupported/object-mode -> <skipped>."""
     suites = ET.Element("testsuites", name="gpubackend conformance")
     for column in report.columns():
         results = [result for result in report.results if result.column == column]
@@ -81,7 +89,7 @@ def to_junit(report: Report) -> ET.Element:
             tests=str(len(results)),
             failures=str(sum(r.status == FAIL for r in results)),
             skipped=str(sum(r.status in (UNSUPPORTED, OBJECT_MODE) for r in results)),
-            errors="0",
+            errors=str(sum(r.status == CRASH for r in results)),
             time=f"{sum(r.seconds for r in results):.3f}",
         )
         for result in results:
@@ -92,6 +100,9 @@ def to_junit(report: Report) -> ET.Element:
             if result.status == FAIL:
                 failure = ET.SubElement(case, "failure", message=result.summary_line()[:500], type="conformance")
                 failure.text = "\n".join(f"{c.name}: {'ok' if c.ok else 'FAILED'} - {c.detail}" for c in result.checks)
+            elif result.status == CRASH:
+                error = ET.SubElement(case, "error", message=result.summary_line()[:500], type="crash")
+                error.text = result.log_tail
             elif result.status in (UNSUPPORTED, OBJECT_MODE):
                 ET.SubElement(case, "skipped", message=f"{result.status}: {result.summary_line()[:500]}")
     return suites
@@ -126,7 +137,10 @@ def to_markdown(report: Report) -> str:
     details = [result for result in report.results if result.status != PASS]
     if details:
         lines += ["", "## Not passing", ""]
-        lines += [f"- **{r.case}** on {r.column}: {r.status} — {r.summary_line()}" for r in details]
+        for r in details:
+            lines.append(f"- **{r.case}** on {r.column}: {r.status} — {r.summary_line()}")
+            if r.log_tail:
+                lines += ["", "  ```text", *(f"  {line}" for line in r.log_tail.splitlines()), "  ```", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -137,6 +151,7 @@ th, td { border: 1px solid #ccc; padding: 0.3em 0.5em; vertical-align: top; text
 th { background: #f3f3f3; }
 td.pass { background: #dff5df; } td.fail { background: #f8d4d4; }
 td.unsupported { background: #eeeeee; color: #555; } td.object-mode { background: #fff3c4; }
+td.crash { background: #f0b0b0; } pre.log { font-size: 0.8em; max-width: 40em; overflow-x: auto; }
 .detail { font-size: 0.8em; color: #333; max-width: 28em; }
 details summary { cursor: pointer; }
 """
@@ -172,6 +187,8 @@ def _html_cell(result: CaseResult) -> str:
         items = f"<li>{esc(result.detail)}</li>" if result.detail else ""
         items += "".join(f"<li><b>{esc(c.name)}</b>: {esc(c.detail)}</li>" for c in shown)
         lines.append(f"<ul class='detail'>{items}</ul>")
+        if result.log_tail:
+            lines.append(f"<details class='detail'><summary>worker log (tail)</summary><pre class='log'>{esc(result.log_tail)}</pre></details>")
     all_checks = "".join(f"<li>{'✔' if c.ok else '✘'} {esc(c.name)}: {esc(c.detail)}</li>" for c in result.checks)
     summary = f"<summary>checks ({result.seconds:.1f} s)</summary>"
     lines.append(f"<details class='detail'>{summary}<ul>{all_checks}</ul></details>")

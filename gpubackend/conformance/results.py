@@ -10,7 +10,10 @@ PASS = "pass"
 FAIL = "fail"
 UNSUPPORTED = "unsupported"
 OBJECT_MODE = "object-mode"
-STATUSES = (PASS, FAIL, UNSUPPORTED, OBJECT_MODE)
+CRASH = "crash"
+"""The process running the case died (an abort, a segfault): a failure, with the tail of its log."""
+STATUSES = (PASS, FAIL, UNSUPPORTED, OBJECT_MODE, CRASH)
+FAILING = (FAIL, CRASH)
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class CaseResult:
     runner: str = ""
     batch_axes: tuple[int | None, ...] | None = None
     seconds: float = 0.0
+    log_tail: str = ""
+    """The last lines of the worker's log, for a `crash`."""
 
     @property
     def column(self) -> str:
@@ -82,7 +87,7 @@ class Report:
 
     @property
     def failed(self) -> bool:
-        return any(result.status == FAIL for result in self.results)
+        return any(result.status in FAILING for result in self.results)
 
     def columns(self) -> list[str]:
         return list(dict.fromkeys(result.column for result in self.results))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,7 @@ from gpubackend.conformance.probe import CALL, RewriteFreeProbe
 from gpubackend.conformance.progress import progress_bar
 from gpubackend.conformance.reports import print_summary, write_reports
 from gpubackend.conformance.results import FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
+from gpubackend.conformance.worker import run_in_workers
 
 REFERENCE_MODE = "FAST_COMPILE"
 """PyTensor's Python backend: the independent reference where a case has no closed form."""
@@ -141,17 +144,23 @@ def run_cases(
     label: str = "",
     progress: bool = True,
 ) -> Report:
+    """Every case on every (backend, device) pair: one worker process per pair (`worker`), pairs side by side.
+
+    A case that kills its worker is reported as `crash`; the pair's other
+    cases go on in a fresh worker.
+    """
     pairs = backend_device_pairs(backends, devices)
     report = Report(environment(devices, label))
     with _progress(progress, len(cases) * len(pairs)) as advance:
-        for case in cases:
-            prepared = prepare(case)
-            for backend, device in pairs:
-                advance(f"{case.name} · {backend.name} @ {device}")
-                result = run_on(prepared, backend, device)
-                result.runner = label
-                report.results.append(result)
-        advance("done")
+
+        def on_result(result: CaseResult) -> None:
+            advance(f"{result.case} · {result.backend} @ {result.device}: {result.status}")
+
+        with ThreadPoolExecutor(max_workers=min(len(pairs), os.cpu_count() or 1) or 1) as pool:
+            runs = [pool.submit(run_in_workers, cases, backend.name, device, label, on_result) for backend, device in pairs]
+            per_pair = [run.result() for run in runs]
+    # Case by case, as the matrix reads.
+    report.results = [results[position] for position in range(len(cases)) for results in per_pair]
     return report
 
 
@@ -187,7 +196,7 @@ def run_and_report(
     generated: int = 0,
     progress: bool = True,
 ) -> int:
-    """Run the suite, write every report to ``out_dir``, print the summary; 1 when any case fails, else 0."""
+    """Run the suite, write every report to ``out_dir``, print the summary; 1 when any case fails or crashes, else 0."""
     report = run_suite(backends, devices, label=label, cases=cases, generated=generated, progress=progress)
     paths = write_reports(report, out_dir)
     print_summary(report, paths, console or Console(stderr=True, soft_wrap=True))
@@ -195,5 +204,5 @@ def run_and_report(
 
 
 def _progress(enabled: bool, total: int) -> AbstractContextManager[Callable[[str], None]]:
-    """A context giving ``advance(description)``; a rich progress bar when enabled."""
+    """A context giving ``advance(description)`` (one more result); a rich progress bar when enabled."""
     return progress_bar(total) if enabled else nullcontext(lambda description: None)
