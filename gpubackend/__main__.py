@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # Before anything starts JAX: conformance workers share the GPU with this
+    # process, so none may reserve 75% of its memory up front (JAX's default).
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     parser = argparse.ArgumentParser(prog="gpubackend", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="the main job: compile and run on every usable backend and device", add_help=False)

@@ -2,7 +2,12 @@
 
 For each one it prints what was compiled, what ran, and where the data lived,
 and it says plainly which devices are real and which are simulated. Then it
-runs the conformance suite on every usable (backend, device) pair.
+runs the conformance suite on every usable (backend, device) pair: by default
+a quick subset (`QUICK_CASES`), with ``--full`` the whole catalogue.
+
+Why a subset: a new user starts with a cold compile cache, and the whole
+catalogue's cold Numba compiles alone take minutes (the optimize solvers and
+Scan gradients dominate), while the main job should finish within a minute.
 """
 
 from __future__ import annotations
@@ -23,6 +28,19 @@ from rich.table import Table
 
 from gpubackend.devices import describe_device, visible_devices
 from gpubackend.mode import jax_gpu_mode
+
+
+QUICK_CASES = (
+    "scan_while_until",
+    "scan_last_value",
+    "ofg_basic",
+    "composite_explicit",
+    "scalar_loop_while",
+    "root_scalar_grad",
+    "minimize_scalar_grad",
+    "scan_in_ofg",
+)
+"""At least one case of every catalogue family, each cheap to compile cold on every backend."""
 
 
 @dataclass
@@ -104,6 +122,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpubackend run", description=__doc__)
     parser.add_argument("--out", default="reports", help="directory for the conformance reports")
     parser.add_argument("--skip-conformance", action="store_true")
+    parser.add_argument("--full", action="store_true", help="the whole conformance catalogue, not the quick subset")
     args = parser.parse_args(argv)
     console = Console(width=max(Console().width, 150))
 
@@ -125,7 +144,20 @@ def main(argv: list[str]) -> int:
 
     if args.skip_conformance:
         return 0
+    from gpubackend.conformance.catalogue import CATALOGUE
     from gpubackend.conformance.runner import run_and_report
 
-    devices = [f"{d.platform}:{d.id}" for d in visible_devices()]
-    return run_and_report(backends=["numba", "jax"], devices=["cpu", *devices], out_dir=Path(args.out), label="main job", console=console)
+    devices = ["cpu", *(f"{d.platform}:{d.id}" for d in visible_devices())]
+    cases = list(CATALOGUE.values()) if args.full else [CATALOGUE[name] for name in QUICK_CASES]
+    status = run_and_report(
+        backends=["numba", "jax"], devices=devices, out_dir=Path(args.out), label="main job", console=console, cases=cases
+    )
+    if not args.full:
+        console.print(
+            f"Conformance ran the quick subset: {len(cases)} of the catalogue's {len(CATALOGUE)} cases, "
+            "every family represented. For all of them: python -m gpubackend run --full. "
+            "With generated graphs too: python -m gpubackend conformance --backend numba jax "
+            f"--device {' '.join(devices)} --generated 20 --out {args.out}/full",
+            highlight=False,
+        )
+    return status

@@ -4,7 +4,7 @@
 #   ci/gpu/run.sh                on a self-hosted runner with an NVIDIA GPU: builds .venv with
 #                                the cuda13 extra (jax[cuda13], cupy-cuda13x)
 #   ci/gpu/run.sh --cuda 12      the same with the cuda12 extra, for CUDA 12 drivers
-#   ci/gpu/run.sh --python PATH  use an already-provisioned Python (JAX with CUDA, PyTensor, ...
+#   ci/gpu/run.sh --python PATH  use an already-provisioned Python (a path or a command name) (JAX with CUDA, PyTensor, ...
 #                                installed; e.g. a container with no package index) instead of
 #                                building .venv; gpubackend is taken from this checkout
 #   ci/gpu/run.sh --simulate     the same steps on two simulated host devices (no CUDA install),
@@ -57,8 +57,7 @@ fi
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 
 if [ -n "$python" ]; then
-  [ -x "$python" ] || { echo "ci/gpu: --python $python is not an executable" >&2; exit 2; }
-  py=$python
+  py=$(command -v "$python") || { echo "ci/gpu: --python $python is not an executable" >&2; exit 2; }
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
   # Nothing is installed into a provisioned Python: say what it lacks, all at once.
   "$py" - <<'PY' || exit 1

@@ -169,12 +169,15 @@ def run_suite(
     devices: Sequence[str],
     out_dir: str | Path | None = None,
     label: str = "",
-    cases: str | None = None,
+    cases: str | Sequence[Case] | None = None,
     generated: int = 0,
     progress: bool = True,
 ) -> Report:
-    """Run the catalogue (filtered by ``cases``) plus ``generated`` Hypothesis graphs; write reports to ``out_dir``."""
-    selected = select_cases(cases)
+    """Run the catalogue plus ``generated`` Hypothesis graphs; write reports to ``out_dir``.
+
+    ``cases`` is a name pattern filtering the catalogue (`select_cases`), or the cases themselves.
+    """
+    selected = select_cases(cases) if cases is None or isinstance(cases, str) else list(cases)
     if generated:
         # Hypothesis is imported only when graphs are generated.
         from gpubackend.conformance.strategies import generated_cases
@@ -192,7 +195,7 @@ def run_and_report(
     out_dir: str | Path,
     label: str = "",
     console: Console | None = None,
-    cases: str | None = None,
+    cases: str | Sequence[Case] | None = None,
     generated: int = 0,
     progress: bool = True,
 ) -> int:
