@@ -50,10 +50,12 @@ import gpubackend
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.scan.op import Scan
 from pytensor.tensor.optimize import MinimizeOp
+from jax._src import xla_bridge
 print(json.dumps({{"scan": jax_funcify.dispatch(Scan).__module__, "minimize": jax_funcify.dispatch(MinimizeOp).__module__,
-                  "loaded": {LOADED}}}))
+                  "loaded": {LOADED}, "backends": sorted(xla_bridge._backends)}}))
 """
     seen = run_fresh(script)
+    assert seen["backends"] == [], "registering the lowerings must not start JAX either"
     assert seen["scan"] == "gpubackend.dispatch.jax_scan"
     assert seen["minimize"] == "gpubackend.dispatch.jax_optimize_registration"
     assert "optimistix" not in seen["loaded"] and "equinox" not in seen["loaded"]
