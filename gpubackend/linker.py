@@ -59,10 +59,6 @@ class JAXGPULinker(JAXLinker):
         super().__init__(**kwargs)
 
     def make_all(self, input_storage=None, output_storage=None, storage_map=None):
-        # PyTensor's JAX dispatch sets jax_enable_x64 from floatX when it loads:
-        # load it before anything here touches JAX, so every array gets floatX precision.
-        import pytensor.link.jax.dispatch  # noqa: F401
-
         from gpubackend.placement import Placement, resolve_devices
 
         inputs = self.fgraph.inputs

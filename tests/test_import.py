@@ -106,19 +106,24 @@ print(json.dumps({{"before": before, "after": {LOADED}, "solution": np.asarray(s
     assert seen["solution"] == pytest.approx([0.0, 0.0], abs=1e-6)
 
 
+@pytest.mark.parametrize("jax_first", [False, True], ids=["gpubackend-then-jax", "jax-then-gpubackend"])
 @pytest.mark.parametrize("float_x, enabled, dtype", [("float64", True, "float64"), ("float32", False, "float32")])
-def test_jax_enable_x64_follows_floatx_from_the_first_compile_on(float_x, enabled, dtype):
-    script = """
+def test_jax_enable_x64_follows_floatx_as_soon_as_both_are_loaded(float_x, enabled, dtype, jax_first):
+    imports = "import jax\nimport gpubackend" if jax_first else "import gpubackend\nimport jax"
+    script = f"""
 import json
 import numpy as np, pytensor, pytensor.tensor as pt
-import gpubackend
-import jax
-at_import = jax.config.jax_enable_x64
+{imports}
+before_compile = jax.config.jax_enable_x64
+early = jax.device_put(np.ones(3))  # made before any compile: must already have floatX precision
 x = pt.vector("x")
-out = pytensor.function([x], x * 2, mode="JAX_GPU")(np.ones(3, dtype=pytensor.config.floatX))
-print(json.dumps({"at_import": at_import, "after_compile": jax.config.jax_enable_x64, "dtype": str(out.dtype)}))
+fn = pytensor.function([x], x * 2, mode="JAX_GPU")
+out = fn(np.ones(3, dtype=pytensor.config.floatX))
+print(json.dumps({{"before_compile": before_compile, "after_compile": jax.config.jax_enable_x64,
+                  "early": str(early.dtype), "out": str(out.dtype)}}))
 """
-    env = {key: value for key, value in os.environ.items() if key != "JAX_ENABLE_X64"}
+    # JAX's own switch says float64, so a float32 floatX shows that gpubackend sets it, not leaves it.
+    env = {**os.environ, "JAX_ENABLE_X64": "1" if float_x == "float32" else "0"}
     env["PYTENSOR_FLAGS"] = ",".join(filter(None, [env.get("PYTENSOR_FLAGS"), f"floatX={float_x}"]))
     seen = run_fresh(script, env)
-    assert seen == {"at_import": False, "after_compile": enabled, "dtype": dtype}
+    assert seen == {"before_compile": enabled, "after_compile": enabled, "early": dtype, "out": dtype}
