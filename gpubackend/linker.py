@@ -16,16 +16,34 @@ import pytensor.link.jax.dispatch  # noqa: E402, F401  isort: skip
 
 from gpubackend.device_inputs import DeviceResidentInput, ResidentSharedCell, StaticShapeInput
 from gpubackend.devices import DeviceSpec, resolve_device
+from gpubackend.dispatch.jax_replacements import JAXDispatch, jax_gpu_funcify
 from gpubackend.dispatch.jax_while_steps import WHILE_STEPS_KEY, StepSpecialisedFunction, WhileStepSpecialisation
 from gpubackend.placement import DevicesSpec, Placement, ShardSpec, input_label, resolve_devices
 
 
-class JAXGPULinker(JAXLinker):
+class DispatchingJAXLinker(JAXLinker):
+    """PyTensor's JAX linker, lowering through a given `JAXDispatch` instead of the global ``jax_funcify``."""
+
+    def __init__(self, dispatch: JAXDispatch, **kwargs: Any):
+        self.dispatch = dispatch
+        super().__init__(**kwargs)
+
+    def fgraph_convert(self, fgraph, order, input_storage, storage_map, **kwargs):
+        # JAXLinker.fgraph_convert copies shared RNG inputs and finds the scalar
+        # shape inputs, then lowers with the global registry. Given no node to
+        # lower (order=()) it does only the former; the nodes are lowered here.
+        super().fgraph_convert(fgraph, order=(), input_storage=input_storage, storage_map=storage_map, **kwargs)
+        return self.dispatch(fgraph, order=order, input_storage=input_storage, storage_map=storage_map, **kwargs)
+
+
+class JAXGPULinker(DispatchingJAXLinker):
     """Link a graph into one ``jax.jit`` computation committed to a device or a mesh.
 
     As a `JAXLinker` subclass it inherits PyTensor's JAX baking rules for inner
     graphs (the ``rewrite_*_inner_graph`` functions dispatch on the linker
-    class) and every ``jax_funcify`` lowering. What it adds:
+    class). It lowers through `jax_gpu_funcify`: gpubackend's lowerings, and
+    the registry's for every other op, whether or not gpubackend's are
+    registered globally. What it adds:
 
     - the device is resolved when a function is linked (``device`` argument,
       else ``$GPUBACKEND_DEVICE``, else ``"gpu"``), with no silent fallback;
@@ -56,7 +74,7 @@ class JAXGPULinker(JAXLinker):
         self.devices_spec = devices
         self.shard = dict(shard or {})
         self.while_steps: WhileStepSpecialisation | None = None
-        super().__init__(**kwargs)
+        super().__init__(jax_gpu_funcify, **kwargs)
 
     def make_all(self, input_storage=None, output_storage=None, storage_map=None):
         inputs = self.fgraph.inputs

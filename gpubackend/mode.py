@@ -5,7 +5,8 @@ from __future__ import annotations
 from pytensor.compile.mode import JAX, Mode, predefined_linkers, predefined_modes, register_linker, register_mode
 
 from gpubackend.devices import DeviceSpec
-from gpubackend.linker import JAXGPULinker
+from gpubackend.dispatch.jax_replacements import REWRITE_TAG, stock_jax_funcify
+from gpubackend.linker import DispatchingJAXLinker, JAXGPULinker
 from gpubackend.placement import DevicesSpec, ShardSpec
 
 MODE_NAME = "JAX_GPU"
@@ -29,10 +30,15 @@ def jax_gpu_mode(
     every other input, and every shared variable not named, is replicated.
     Example: ``jax_gpu_mode(devices="gpu", shard={x: 0})``.
 
-    The graph rewrites are those of PyTensor's JAX mode.
+    The graph rewrites are those of PyTensor's JAX mode and gpubackend's own.
     """
     linker = JAXGPULinker(device, devices=devices, shard=shard)
-    return Mode(linker=linker, optimizer=JAX.provided_optimizer)
+    return Mode(linker=linker, optimizer=JAX.provided_optimizer.including(REWRITE_TAG))
+
+
+def stock_jax_mode() -> Mode:
+    """PyTensor's own JAX mode, with none of gpubackend's lowerings or rewrites, wherever they are registered."""
+    return Mode(linker=DispatchingJAXLinker(stock_jax_funcify), optimizer=JAX.provided_optimizer.excluding(REWRITE_TAG))
 
 
 def register() -> None:

@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import optimistix as optx
-from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp, ScipyWrapperOp
 
 from gpubackend.dispatch.jax_bracket import expand_bracket
+from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
 from gpubackend.dispatch.jax_optimize_methods import (
     BRACKETING_ROOT_METHODS,
     SolverChoice,
@@ -35,7 +35,7 @@ Objective = Callable[[jax.Array, tuple], jax.Array]
 def _objective(op: ScipyWrapperOp, kwargs: dict) -> Objective:
     """The op's first inner output as ``f(y, args)``, the calling convention of optimistix."""
     kwargs.pop("storage_map", None)
-    inner_fn = jax_funcify(op.fgraph, **kwargs)
+    inner_fn = jax_gpu_funcify(op.fgraph, **kwargs)
 
     def objective(y, args):
         return inner_fn(y, *args)[0]
@@ -65,12 +65,12 @@ def _vector_solve(op: ScipyWrapperOp, kwargs: dict, choose: Callable[..., Solver
     return vector_solve
 
 
-@jax_funcify.register(MinimizeOp)
+@replaces(MinimizeOp)
 def jax_funcify_MinimizeOp(op: MinimizeOp, node=None, **kwargs) -> Callable:
     return _vector_solve(op, kwargs, minimize_solver, optx.minimise)
 
 
-@jax_funcify.register(RootOp)
+@replaces(RootOp)
 def jax_funcify_RootOp(op: RootOp, node=None, **kwargs) -> Callable:
     return _vector_solve(op, kwargs, root_solver, optx.root_find)
 
@@ -92,7 +92,7 @@ def _search_interval(objective: Objective, bounds: dict, args: tuple, max_steps:
     return expand_bracket(lambda y: objective(y, args), start[0], start[1], max_steps)
 
 
-@jax_funcify.register(MinimizeScalarOp)
+@replaces(MinimizeScalarOp)
 def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> Callable:
     choice = minimize_scalar_solver(op.method, op.optimizer_kwargs, dtype=_dtype(op))
     if op.method == "bounded" and "bounds" not in op.bound_kwargs:
@@ -113,7 +113,7 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> C
     return minimize_scalar
 
 
-@jax_funcify.register(RootScalarOp)
+@replaces(RootScalarOp)
 def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
     choice = root_scalar_solver(op.method, op.optimizer_kwargs, dtype=_dtype(op))
     brackets = op.method in BRACKETING_ROOT_METHODS
