@@ -1,0 +1,325 @@
+"""gpubackend's replacements of PyTensor's JAX lowerings are strict supersets of the stock ones.
+
+Each graph is compiled and called twice under mode="JAX": once with PyTensor's
+own lowerings put back on the global registry (and gpubackend's rewrite left
+out), once with gpubackend's. Where stock succeeds, ours must give the same
+dtypes, shapes and values (to 1e-12) and the same warnings; where stock fails,
+ours fails with the same error or succeeds with PyTensor's own (Python
+backend) result. Graphs are compiled with the rewrite pipeline and without it
+(``optimizer=None``, which leaves Blockwise, Reshape and ARange nodes as built).
+
+Deliberate differences, listed in the README, are allowed and nothing else:
+an output whose stock dtype is not its graph type's comes back with the graph's
+dtype, and a CheckAndRaise whose condition is concrete and false while tracing
+raises the op's error (stock drops it).
+
+Each test prints how many graphs it compared (``-s`` shows them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pytensor.compile.mode import JAX, Mode
+from pytensor.conditional.op import ifelse
+from pytensor.graph.basic import Variable
+from pytensor.link.jax.dispatch import jax_funcify
+from pytensor.link.jax.linker import JAXLinker
+from pytensor.raise_op import Assert
+
+from gpubackend.conformance.catalogue import CaseGraph, select_cases
+from gpubackend.conformance.strategies import build_generated, graph_specs
+from gpubackend.dispatch.jax_replacements import REPLACED, REWRITE_TAG
+
+TOLERANCE = 1e-12
+REWRITES = {True: JAX.provided_optimizer, False: None}
+
+
+def _settings(max_examples: int):
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+@contextlib.contextmanager
+def stock_registrations() -> Iterator[None]:
+    """PyTensor's own lowerings on the global registry, for the duration of one stock compile."""
+    for op_type, replacement in REPLACED.items():
+        jax_funcify.register(op_type, replacement.stock)
+    try:
+        yield
+    finally:
+        for op_type, replacement in REPLACED.items():
+            jax_funcify.register(op_type, replacement.ours)
+
+
+@dataclass
+class Outcome:
+    values: list[np.ndarray] | None
+    error: tuple[str, str] | None
+    warnings: list[tuple[str, str]]
+
+    def describe(self) -> str:
+        return f"error {self.error}" if self.error else f"{len(self.values)} outputs"
+
+
+def _run(inputs, outputs, values, optimizer) -> Outcome:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn = pytensor.function(inputs, outputs, mode=Mode(JAXLinker(), optimizer), on_unused_input="ignore")
+            fn(*values)
+            result = [np.asarray(value) for value in fn(*values)]
+            error = None
+        except Exception as exc:  # noqa: BLE001 - the error is what is compared
+            result, error = None, (type(exc).__name__, str(exc))
+    return Outcome(result, error, sorted({(w.category.__name__, str(w.message)) for w in caught}))
+
+
+def stock_outcome(inputs, outputs, values, rewrite: bool) -> Outcome:
+    optimizer = (REWRITES[True] if rewrite else Mode(JAXLinker(), None).provided_optimizer).excluding(REWRITE_TAG)
+    with stock_registrations():
+        return _run(inputs, outputs, values, optimizer)
+
+
+def our_outcome(inputs, outputs, values, rewrite: bool) -> Outcome:
+    return _run(inputs, outputs, values, REWRITES[rewrite])
+
+
+def _assert_same_values(ours: Sequence[np.ndarray], stock: Sequence[np.ndarray], outputs: Sequence[Variable]) -> None:
+    assert len(ours) == len(stock)
+    for position, (got, want, variable) in enumerate(zip(ours, stock, outputs, strict=True)):
+        declared = variable.type.dtype
+        # Deliberate difference: outputs have their graph type's dtype even where stock's lowering returns another.
+        expected_dtype = want.dtype if want.dtype == declared else np.dtype(declared)
+        assert got.dtype == expected_dtype, f"output {position}: dtype {got.dtype}, stock {want.dtype}, graph {declared}"
+        assert got.shape == want.shape, f"output {position}: shape {got.shape}, stock {want.shape}"
+        np.testing.assert_allclose(got, want, rtol=TOLERANCE, atol=TOLERANCE, err_msg=f"output {position}")
+
+
+def _reference(inputs, outputs, values) -> list[np.ndarray]:
+    fn = pytensor.function(inputs, outputs, mode="FAST_COMPILE", on_unused_input="ignore")
+    return [np.asarray(value) for value in fn(*values)]
+
+
+def assert_superset(inputs, outputs, values, rewrite: bool, violated_assertion: str | None = None) -> str:
+    """Compare stock and ours on one graph; return "same" or "added" (ours succeeds where stock fails)."""
+    stock = stock_outcome(inputs, outputs, values, rewrite)
+    ours = our_outcome(inputs, outputs, values, rewrite)
+    context = f"stock: {stock.describe()}, ours: {ours.describe()}"
+    if violated_assertion is not None and stock.error is None:
+        # Deliberate difference: a violated assertion known while tracing raises the op's error.
+        assert ours.error is not None and ours.error[1] == violated_assertion, context
+        return "checked"
+    if stock.error is None:
+        assert ours.error is None, context
+        _assert_same_values(ours.values, stock.values, outputs)
+        assert ours.warnings == stock.warnings
+        return "same"
+    if ours.error is not None:
+        assert ours.error == stock.error, context
+        return "same"
+    reference = _reference(inputs, outputs, values)
+    for position, (got, want) in enumerate(zip(ours.values, reference, strict=True)):
+        np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9, err_msg=f"output {position} (stock fails: {stock.error})")
+    return "added"
+
+
+def _report(family: str, outcomes: list[str]) -> None:
+    counts = {kind: outcomes.count(kind) for kind in sorted(set(outcomes))}
+    print(f"\n[stock superset] {family}: {len(outcomes)} graphs compared {counts}")
+    assert outcomes, f"{family}: no graph compared"
+
+
+# --- the conformance catalogue ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rewrite", [True, False], ids=["rewritten", "unrewritten"])
+def test_catalogue(rewrite: bool) -> None:
+    outcomes = []
+    for case in select_cases():
+        graph: CaseGraph = case.build()
+        outcomes.append(assert_superset(graph.inputs, graph.outputs, graph.values, rewrite))
+    _report(f"catalogue ({'rewritten' if rewrite else 'unrewritten'})", outcomes)
+
+
+# --- IfElse ---------------------------------------------------------------------------------------
+
+
+@st.composite
+def ifelse_graphs(draw: st.DrawFn):
+    """An IfElse; the rewrite pipeline turns it into a LazyIfElse with OpFromGraph branches."""
+    flag, x = pt.scalar("flag"), pt.vector("x")
+    kind = draw(st.sampled_from(["values", "shapes", "mixed"]))
+    if kind == "values":
+        branches = [pt.exp(x).cumsum(), pt.sin(x) * 2]
+    elif kind == "shapes":
+        # Equal concrete values in both branches: ours picks the value without lax.cond.
+        branches = [x.shape[0] * 2, x.shape[0] + x.shape[0]]
+    else:
+        branches = [pt.zeros((x.shape[0],)) + x.sum(), x * 3]
+    out = ifelse(flag > 0, branches[0], branches[1])
+    flag_value = np.asarray(draw(st.sampled_from([-1.0, 1.0])))
+    return [flag, x], [out], [flag_value, np.linspace(-1, 1, draw(st.integers(1, 4)))]
+
+
+def test_ifelse() -> None:
+    outcomes = []
+
+    @_settings(12)
+    @given(ifelse_graphs(), st.booleans())
+    def compare(graph, rewrite):
+        outcomes.append(assert_superset(*graph, rewrite))
+
+    compare()
+    _report("IfElse/LazyIfElse", outcomes)
+
+
+# --- Blockwise of linalg ops ---------------------------------------------------------------------
+
+
+def _spd(rng: np.random.Generator, shape: tuple[int, ...], n: int) -> np.ndarray:
+    a = rng.normal(size=(*shape, n, n))
+    return a @ np.swapaxes(a, -1, -2) + n * np.eye(n)
+
+
+LINALG = {
+    "solve": (2, lambda a, b: [pt.linalg.solve(a, b)]),
+    "cholesky": (1, lambda a: [pt.linalg.cholesky(a)]),
+    "qr": (1, lambda a: list(pt.linalg.qr(a))),
+    "eigh": (1, lambda a: list(pt.linalg.eigh(a))),
+    "lu": (1, lambda a: list(pt.linalg.lu(a))),
+    "expm": (1, lambda a: [pt.linalg.expm(a * 0.1)]),
+    "det": (1, lambda a: [pt.linalg.det(a)]),
+    "inv": (1, lambda a: [pt.linalg.inv(a)]),
+}
+
+
+@st.composite
+def blockwise_graphs(draw: st.DrawFn):
+    name = draw(st.sampled_from(sorted(LINALG)))
+    n_inputs, build = LINALG[name]
+    n = 3
+    batch_ndim = draw(st.integers(0, 2))
+    sizes = [draw(st.sampled_from([1, 2])) for _ in range(batch_ndim)]
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    inputs, values = [], []
+    for position in range(n_inputs):
+        # Each batch axis is broadcastable (static 1) or batched, per input.
+        shape = tuple(size if draw(st.booleans()) else 1 for size in sizes)
+        static = tuple(1 if size == 1 else None for size in shape)
+        inputs.append(pt.tensor(f"a{position}", shape=(*static, n, n)))
+        values.append(_spd(rng, shape, n))
+    return name, inputs, build(*inputs), values
+
+
+def test_blockwise_linalg() -> None:
+    outcomes = []
+
+    @_settings(24)
+    @given(blockwise_graphs(), st.booleans())
+    def compare(graph, rewrite):
+        _, inputs, outputs, values = graph
+        outcomes.append(assert_superset(inputs, outputs, values, rewrite))
+
+    compare()
+    _report("Blockwise (linalg)", outcomes)
+
+
+# --- Reshape and ARange ---------------------------------------------------------------------------
+
+LENGTHS: dict[str, Callable] = {
+    "constant": lambda x, n, s: pt.constant(3, dtype="int64"),
+    "shape": lambda x, n, s: x.shape[0],
+    "shape_arithmetic": lambda x, n, s: x.shape[0] // 2 + 1,
+    "integer_input": lambda x, n, s: n,
+    "float_input": lambda x, n, s: s,
+}
+
+
+@st.composite
+def length_graphs(draw: st.DrawFn):
+    x, n, s = pt.vector("x"), pt.scalar("n", dtype="int64"), pt.scalar("s")
+    length = LENGTHS[draw(st.sampled_from(sorted(LENGTHS)))](x, n, s)
+    if draw(st.booleans()):
+        out = pt.arange(length) * 2
+    else:
+        rows = length if length.type.dtype.startswith("int") else pt.cast(length, "int64")
+        out = pt.tile(x, 6)[: rows * 2].reshape((rows, -1)) if draw(st.booleans()) else x.reshape((1, x.shape[0]))
+    return [x, n, s], [out], [np.linspace(0, 1, 6), np.asarray(3), np.asarray(3.0)]
+
+
+def test_reshape_and_arange() -> None:
+    outcomes = []
+
+    @_settings(24)
+    @given(length_graphs(), st.booleans())
+    def compare(graph, rewrite):
+        outcomes.append(assert_superset(*graph, rewrite))
+
+    compare()
+    _report("Reshape/ARange", outcomes)
+
+
+# --- CheckAndRaise --------------------------------------------------------------------------------
+
+CONDITIONS: dict[str, tuple[Callable, bool]] = {
+    # name: (condition, violated while tracing with the values below)
+    "constant_true": (lambda x: pt.constant(True), False),
+    "constant_false": (lambda x: pt.constant(False), True),
+    "shape_held": (lambda x: pt.eq(x.shape[0], 4), False),
+    "shape_violated": (lambda x: pt.eq(x.shape[0], 3), True),
+    "values": (lambda x: pt.all(x > -10), False),
+}
+
+
+@st.composite
+def assert_graphs(draw: st.DrawFn):
+    x = pt.vector("x")
+    name = draw(st.sampled_from(sorted(CONDITIONS)))
+    condition, violated = CONDITIONS[name]
+    message = f"x must satisfy {name}"
+    out = Assert(message)(x, condition(x)) * 2
+    return [x], [out], [np.linspace(0, 1, 4)], (message if violated else None)
+
+
+def test_check_and_raise() -> None:
+    outcomes = []
+
+    @_settings(12)
+    @given(assert_graphs(), st.booleans())
+    def compare(graph, rewrite):
+        inputs, outputs, values, violated = graph
+        outcomes.append(assert_superset(inputs, outputs, values, rewrite, violated_assertion=violated))
+
+    compare()
+    _report("CheckAndRaise", outcomes)
+
+
+# --- Scan and OpFromGraph ------------------------------------------------------------------------
+
+
+def test_scan_and_ofg() -> None:
+    outcomes = []
+
+    @_settings(12)
+    @given(graph_specs(), st.booleans())
+    def compare(spec, rewrite):
+        graph = build_generated(spec)
+        outcomes.append(assert_superset(graph.inputs, graph.outputs, graph.values, rewrite))
+
+    compare()
+    _report("Scan/OpFromGraph", outcomes)
