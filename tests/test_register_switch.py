@@ -1,7 +1,9 @@
-"""``GPUBACKEND_REGISTER=jax_gpu``: stock mode="JAX" stays PyTensor's own, JAX_GPU keeps gpubackend's lowerings.
+"""Stock dispatch kept: ``GPUBACKEND_REGISTER=jax_gpu``, and the conformance suite's stock baseline.
 
-The switch is read when gpubackend is imported, so each check runs in a fresh
-interpreter.
+With the switch, stock mode="JAX" stays PyTensor's own and JAX_GPU keeps
+gpubackend's lowerings. The switch is read when gpubackend is imported, so
+those checks run in a fresh interpreter. The baseline (``jax-stock``) uses
+PyTensor's own lowerings even here, where gpubackend's are registered globally.
 """
 
 from __future__ import annotations
@@ -13,6 +15,11 @@ import sys
 import textwrap
 
 import pytest
+
+from gpubackend.conformance.backends import BACKENDS
+from gpubackend.conformance.catalogue import CATALOGUE
+from gpubackend.conformance.results import UNSUPPORTED
+from gpubackend.conformance.runner import prepare, run_on
 
 SCOPED_SCRIPT = textwrap.dedent(
     """
@@ -106,3 +113,12 @@ def test_an_unknown_setting_is_refused_with_the_expected_values() -> None:
     assert completed.returncode != 0
     assert "$GPUBACKEND_REGISTER='everything': expected 'global'" in completed.stderr
     assert "'jax_gpu'" in completed.stderr
+
+
+def test_conformance_baseline_is_stock_and_registered_column_is_ours() -> None:
+    prepared = prepare(CATALOGUE["scan_while_until"])
+    stock = run_on(prepared, BACKENDS["jax-stock"], "cpu")
+    registered = run_on(prepared, BACKENDS["jax-registered"], "cpu")
+    assert stock.status == registered.status == UNSUPPORTED
+    assert stock.detail == "compile: NotImplementedError: While Scan cannot yet be converted to JAX"
+    assert registered.detail.startswith("compile: DataDependentLengthError:")
