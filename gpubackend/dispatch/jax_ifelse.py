@@ -7,7 +7,7 @@ values become tracers, and the allocation inside the branch fails with "Shapes
 must be 1D sequences of concrete values". Here a choice between equal concrete
 values is that value (any other choice is the stock lowering's ``lax.cond``),
 and concrete operands of a lazy branch are closed over instead of passed
-through ``lax.cond``; with none, the lazy branch is the stock ``lax.cond`` call.
+through ``lax.cond`` (with none, the call is the stock lowering's).
 """
 
 from __future__ import annotations
@@ -61,8 +61,6 @@ def jax_funcify_LazyIfElse(op: LazyIfElse, **kwargs) -> Callable:
 
             return branch
 
-        if len(traced) == len(operands):
-            return jax.lax.cond(cond, true_fn, false_fn, *operands)
         return jax.lax.cond(
             cond, with_concrete(true_fn), with_concrete(false_fn), *(operands[position] for position in traced)
         )
