@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer interpreters and compiles")
     args = parser.parse_args(argv)
-    rounds, compiles = (3, 2) if args.quick else (7, 3)
+    rounds, compiles = (3, 4) if args.quick else (7, 6)
     samples: dict[str, list[dict[str, float]]] = {"global": [], "jax_gpu": []}
     for _ in range(rounds):
         for register in samples:
