@@ -10,6 +10,7 @@ from pytensor.link.jax.linker import JAXLinker
 
 from gpubackend.devices import DeviceSpec, check_device_spec, resolve_device
 from gpubackend.dispatch.jax_while_steps import WHILE_STEPS_KEY, StepSpecialisedFunction, WhileStepSpecialisation
+from gpubackend.registration import DispatchName
 
 if TYPE_CHECKING:
     from gpubackend.placement import DevicesSpec, ShardSpec
@@ -19,12 +20,38 @@ if TYPE_CHECKING:
 # must not load JAX (README, "Importing gpubackend").
 
 
-class JAXGPULinker(JAXLinker):
+class DispatchingJAXLinker(JAXLinker):
+    """PyTensor's JAX linker, lowering through one of gpubackend's `JAXDispatch`es instead of the global ``jax_funcify``.
+
+    The dispatcher is named ("gpubackend" or "stock"), not held: it is built on
+    PyTensor's JAX dispatch, which loads with the first compile, not with
+    ``import gpubackend``.
+    """
+
+    def __init__(self, dispatch: DispatchName, **kwargs: Any):
+        self.dispatch_name = dispatch
+        super().__init__(**kwargs)
+
+    def fgraph_convert(self, fgraph, order, input_storage, storage_map, **kwargs):
+        from gpubackend.dispatch.jax_replacements import DISPATCHERS
+
+        # JAXLinker.fgraph_convert copies shared RNG inputs and finds the scalar
+        # shape inputs, then lowers with the global registry. Given no node to
+        # lower (order=()) it does only the former; the nodes are lowered here.
+        super().fgraph_convert(fgraph, order=(), input_storage=input_storage, storage_map=storage_map, **kwargs)
+        return DISPATCHERS[self.dispatch_name](
+            fgraph, order=order, input_storage=input_storage, storage_map=storage_map, **kwargs
+        )
+
+
+class JAXGPULinker(DispatchingJAXLinker):
     """Link a graph into one ``jax.jit`` computation committed to a device or a mesh.
 
     As a `JAXLinker` subclass it inherits PyTensor's JAX baking rules for inner
     graphs (the ``rewrite_*_inner_graph`` functions dispatch on the linker
-    class) and every ``jax_funcify`` lowering. What it adds:
+    class). It lowers through `jax_gpu_funcify`: gpubackend's lowerings, and
+    the registry's for every other op, whether or not gpubackend's are
+    registered globally. What it adds:
 
     - the device is resolved when a function is linked (``device`` argument,
       else ``$GPUBACKEND_DEVICE``, else ``"gpu"``), with no silent fallback;
@@ -56,7 +83,7 @@ class JAXGPULinker(JAXLinker):
         self.devices_spec = devices
         self.shard = dict(shard or {})
         self.while_steps: WhileStepSpecialisation | None = None
-        super().__init__(**kwargs)
+        super().__init__("gpubackend", **kwargs)
 
     def make_all(self, input_storage=None, output_storage=None, storage_map=None):
         from gpubackend.placement import Placement, resolve_devices

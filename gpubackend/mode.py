@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 from pytensor.compile.mode import JAX, Mode, predefined_linkers, predefined_modes, register_linker, register_mode
 
 from gpubackend.devices import DeviceSpec
-from gpubackend.linker import JAXGPULinker
+from gpubackend.linker import DispatchingJAXLinker, JAXGPULinker
+from gpubackend.registration import REWRITE_TAG
 
 if TYPE_CHECKING:  # placement imports jax, which loads with the first compile
     from gpubackend.placement import DevicesSpec, ShardSpec
@@ -33,10 +34,15 @@ def jax_gpu_mode(
     every other input, and every shared variable not named, is replicated.
     Example: ``jax_gpu_mode(devices="gpu", shard={x: 0})``.
 
-    The graph rewrites are those of PyTensor's JAX mode.
+    The graph rewrites are those of PyTensor's JAX mode and gpubackend's own.
     """
     linker = JAXGPULinker(device, devices=devices, shard=shard)
-    return Mode(linker=linker, optimizer=JAX.provided_optimizer)
+    return Mode(linker=linker, optimizer=JAX.provided_optimizer.including(REWRITE_TAG))
+
+
+def stock_jax_mode() -> Mode:
+    """PyTensor's own JAX mode, with none of gpubackend's lowerings or rewrites, wherever they are registered."""
+    return Mode(linker=DispatchingJAXLinker("stock"), optimizer=JAX.provided_optimizer.excluding(REWRITE_TAG))
 
 
 def register() -> None:

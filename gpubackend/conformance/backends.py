@@ -11,7 +11,7 @@ import jax
 from pytensor.compile.mode import Mode, get_mode
 
 from gpubackend.devices import resolve_device
-from gpubackend.mode import jax_gpu_mode
+from gpubackend.mode import jax_gpu_mode, stock_jax_mode
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,10 @@ def _default_device_scope(device: str) -> ContextManager:
 BACKENDS: dict[str, Backend] = {
     "numba": Backend("numba", lambda device: get_mode("NUMBA"), True, False, True, _no_scope),
     "jax": Backend("jax", jax_gpu_mode, False, True, False, _no_scope),
-    # Stock PyTensor JAX mode on the same device: the baseline reports can compare against.
-    "jax-stock": Backend("jax-stock", lambda device: get_mode("JAX"), False, False, False, _default_device_scope),
+    # PyTensor's own JAX mode on the same device, none of gpubackend's lowerings or rewrites: the baseline.
+    "jax-stock": Backend("jax-stock", lambda device: stock_jax_mode(), False, False, False, _default_device_scope),
+    # mode="JAX" as a user gets it: gpubackend's lowerings in it unless $GPUBACKEND_REGISTER=jax_gpu.
+    "jax-registered": Backend("jax-registered", lambda device: get_mode("JAX"), False, False, False, _default_device_scope),
 }
 
 HOST_DEVICE = "cpu"

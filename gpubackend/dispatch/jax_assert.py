@@ -1,36 +1,35 @@
-"""JAX lowering of CheckAndRaise that checks what is known while tracing.
+"""JAX lowering of CheckAndRaise that also checks what is known while tracing.
 
-The stock lowering drops every assertion, because a traced condition cannot
-raise. Most assertions PyTensor inserts compare shapes (broadcasting checks,
-scan lengths), and shape arithmetic is concrete at trace time here (see
-`jax_fgraph`), so those are checked: a violated one raises the op's own
-exception when the function is traced, instead of letting a wrong shape run.
-Conditions that depend on array values are still dropped, with a warning.
+The stock lowering drops every assertion, warning at compile time that it
+does, because a traced condition cannot raise. Most assertions PyTensor inserts
+compare shapes (broadcasting checks, scan lengths), and shape arithmetic is
+concrete at trace time here (see `jax_fgraph`). So this lowering is the stock
+one (its compile-time error for a constant false condition and its warning
+included), plus one check: a violated condition that is concrete while tracing
+raises the op's own exception, as PyTensor's other backends do, instead of
+letting a wrong shape run. Conditions that depend on array values are skipped,
+as stock skips them.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 
 import jax
 import numpy as np
-from pytensor.graph.basic import Constant
-from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.raise_op import CheckAndRaise
 
+from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
 
-@jax_funcify.register(CheckAndRaise)
+
+@replaces(CheckAndRaise)
 def jax_funcify_CheckAndRaise(op: CheckAndRaise, node, **kwargs) -> Callable:
-    if any(isinstance(condition, Constant) and not np.all(condition.data) for condition in node.inputs[1:]):
-        raise op.exc_type(op.msg)
+    skip_check = jax_gpu_funcify.stock(CheckAndRaise)(op, node=node, **kwargs)
 
     def check_and_raise(x, *conditions):
-        if all(not isinstance(condition, jax.core.Tracer) for condition in conditions):
+        if not any(isinstance(condition, jax.core.Tracer) for condition in conditions):
             if not all(np.all(np.asarray(condition)) for condition in conditions):
                 raise op.exc_type(op.msg)
-        else:
-            warnings.warn(f"Skipping {op} (assertion: {op.msg}): its condition is only known at run time", stacklevel=2)
-        return x
+        return skip_check(x, *conditions)
 
     return check_and_raise

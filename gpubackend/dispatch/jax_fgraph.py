@@ -22,6 +22,7 @@ Python float. The casts happen at trace time and only where dtypes differ.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +32,10 @@ import numpy as np
 from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FrozenFunctionGraph, FunctionGraph
 from pytensor.graph.op import HasInnerGraph
-from pytensor.link.jax.dispatch.basic import jax_funcify, jax_typify
+from pytensor.link.jax.dispatch.basic import jax_typify
 from pytensor.link.utils import fgraph_to_python
+
+from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
 
 OFG_MEMO_KEY = "gpubackend_ofg_memo"
 
@@ -62,14 +65,13 @@ def _evaluated_when_concrete(fn: Callable) -> Callable:
 
 
 def _funcify_node(op, node: Apply | None = None, **kwargs) -> Callable:
-    fn = jax_funcify(op, node=node, **kwargs)
+    fn = jax_gpu_funcify(op, node=node, **kwargs)
     if node is not None and _is_shape_arithmetic(node):
         return _evaluated_when_concrete(fn)
     return fn
 
 
-@jax_funcify.register(FunctionGraph)
-@jax_funcify.register(FrozenFunctionGraph)
+@replaces(FunctionGraph, FrozenFunctionGraph)
 def jax_funcify_FunctionGraph(
     fgraph, node=None, fgraph_name: str = "jax_funcified_fgraph", **kwargs: Any
 ) -> Callable:
@@ -94,7 +96,18 @@ def _with_graph_dtypes(graph_fn: Callable, outputs, squeezed: bool) -> Callable:
             return value
         return jnp.asarray(value, dtype=dtype)
 
+    # The wrapper keeps the graph function's name, which jax.jit shows in the jaxpr as stock's does.
     if squeezed:
         [dtype] = dtypes
-        return lambda *args: typed(graph_fn(*args), dtype)
-    return lambda *args: tuple(typed(value, dtype) for value, dtype in zip(graph_fn(*args), dtypes, strict=True))
+
+        @functools.wraps(graph_fn)
+        def typed_output(*args):
+            return typed(graph_fn(*args), dtype)
+
+        return typed_output
+
+    @functools.wraps(graph_fn)
+    def typed_outputs(*args):
+        return tuple(typed(value, dtype) for value, dtype in zip(graph_fn(*args), dtypes, strict=True))
+
+    return typed_outputs

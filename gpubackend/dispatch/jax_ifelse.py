@@ -5,8 +5,9 @@ The gradient of an ifelse routes shapes through the branches: an eager
 that allocates zeros of a ``Shape_i`` size. Passed through ``lax.cond`` such
 values become tracers, and the allocation inside the branch fails with "Shapes
 must be 1D sequences of concrete values". Here a choice between equal concrete
-values is that value, and concrete operands of a lazy branch are closed over
-instead of passed through ``lax.cond``.
+values is that value (any other choice is the stock lowering's ``lax.cond``),
+and concrete operands of a lazy branch are closed over instead of passed
+through ``lax.cond`` (with none, the call is the stock lowering's).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import Callable
 import jax
 import numpy as np
 from pytensor.conditional.op import IfElse, LazyIfElse
-from pytensor.link.jax.dispatch.basic import jax_funcify
+
+from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
 
 
 def _is_concrete(value) -> bool:
@@ -27,26 +29,25 @@ def _same_concrete(first, second) -> bool:
     return _is_concrete(first) and _is_concrete(second) and np.array_equal(np.asarray(first), np.asarray(second))
 
 
-@jax_funcify.register(IfElse)
+@replaces(IfElse)
 def jax_funcify_IfElse(op: IfElse, **kwargs) -> Callable:
     n_outs = op.n_outs
+    stock_ifelse = jax_gpu_funcify.stock(IfElse)(op, **kwargs)
 
     def ifelse(cond, *branches):
         if_true, if_false = branches[:n_outs], branches[n_outs:]
         if all(_same_concrete(a, b) for a, b in zip(if_true, if_false, strict=True)):
-            chosen = if_true
-        else:
-            chosen = jax.lax.cond(cond, lambda: tuple(if_true), lambda: tuple(if_false))
-        return chosen if n_outs > 1 else chosen[0]
+            return tuple(if_true) if n_outs > 1 else if_true[0]
+        return stock_ifelse(cond, *branches)
 
     return ifelse
 
 
-@jax_funcify.register(LazyIfElse)
+@replaces(LazyIfElse)
 def jax_funcify_LazyIfElse(op: LazyIfElse, **kwargs) -> Callable:
     kwargs.pop("storage_map", None)
-    true_fn = jax_funcify(op.true_branch, **kwargs)
-    false_fn = jax_funcify(op.false_branch, **kwargs)
+    true_fn = jax_gpu_funcify(op.true_branch, **kwargs)
+    false_fn = jax_gpu_funcify(op.false_branch, **kwargs)
 
     def lazy_ifelse(cond, *operands):
         traced = [position for position, value in enumerate(operands) if not _is_concrete(value)]

@@ -17,9 +17,9 @@ from typing import Any
 import jax
 import numpy as np
 from pytensor.compile.builders import OpFromGraph
-from pytensor.link.jax.dispatch.basic import jax_funcify
 
 from gpubackend.dispatch.jax_fgraph import OFG_MEMO_KEY
+from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
 
 
 def _only_array_data(op: OpFromGraph) -> bool:
@@ -29,13 +29,13 @@ def _only_array_data(op: OpFromGraph) -> bool:
     )
 
 
-@jax_funcify.register(OpFromGraph)
+@replaces(OpFromGraph)
 def jax_funcify_OpFromGraph(op: OpFromGraph, node=None, **kwargs: Any) -> Callable:
     """One function per distinct op per lowering, however many call sites it has."""
     kwargs.pop("storage_map", None)
     memo: dict = kwargs.setdefault(OFG_MEMO_KEY, {})
     if op not in memo:
-        inner_fn = jax_funcify(op.fgraph, **kwargs)
+        inner_fn = jax_gpu_funcify(op.fgraph, **kwargs)
         fn = (lambda *inputs: inner_fn(*inputs)[0]) if len(op.fgraph.outputs) == 1 else inner_fn
         memo[op] = jax.jit(fn) if _only_array_data(op) else fn
     return memo[op]

@@ -7,7 +7,7 @@ op's ``success`` output is True exactly when optimistix reports a successful
 result. Gradients of the solution need nothing here: PyTensor derives them
 symbolically (implicit function theorem), so the backward graph is ordinary ops.
 Under `Blockwise` the stock lowering vectorises the core function with vmap.
-The ``jax_funcify_*`` functions are registered by `jax_optimize_registration`,
+The ``jax_funcify_*`` functions are recorded by `jax_optimize_registration`,
 which imports this module (and optimistix) only when an optimize op is lowered.
 """
 
@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import optimistix as optx
-from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp, ScipyWrapperOp
 
 from gpubackend.dispatch.jax_bracket import expand_bracket
@@ -30,6 +29,7 @@ from gpubackend.dispatch.jax_optimize_methods import (
     root_scalar_solver,
     root_solver,
 )
+from gpubackend.dispatch.jax_replacements import jax_gpu_funcify
 
 Objective = Callable[[jax.Array, tuple], jax.Array]
 
@@ -37,7 +37,7 @@ Objective = Callable[[jax.Array, tuple], jax.Array]
 def _objective(op: ScipyWrapperOp, kwargs: dict) -> Objective:
     """The op's first inner output as ``f(y, args)``, the calling convention of optimistix."""
     kwargs.pop("storage_map", None)
-    inner_fn = jax_funcify(op.fgraph, **kwargs)
+    inner_fn = jax_gpu_funcify(op.fgraph, **kwargs)
 
     def objective(y, args):
         return inner_fn(y, *args)[0]

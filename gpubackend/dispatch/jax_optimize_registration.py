@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp
+
+from gpubackend.dispatch.jax_replacements import replaces
 
 
 def _register_on_first_use(op_class: type) -> None:
@@ -23,7 +24,7 @@ def _register_on_first_use(op_class: type) -> None:
         return getattr(jax_optimize, lowering_name)(op, node=node, **kwargs)
 
     lower.__name__ = lowering_name
-    jax_funcify.register(op_class)(lower)
+    replaces(op_class)(lower)
 
 
 for _op_class in (MinimizeOp, RootOp, MinimizeScalarOp, RootScalarOp):

@@ -27,10 +27,9 @@ from itertools import chain
 
 import jax
 import jax.numpy as jnp
-from pytensor.link.jax.dispatch.basic import jax_funcify
-from pytensor.link.jax.dispatch.scan import jax_funcify_Scan as jax_funcify_for_scan
 from pytensor.scan.op import Scan
 
+from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
 from gpubackend.dispatch.jax_while_steps import WHILE_STEPS_KEY, WhileStepSpecialisation
 
 
@@ -52,17 +51,17 @@ def _keeps_every_step(store: int, init_len: int) -> bool:
     return store <= init_len + 1
 
 
-@jax_funcify.register(Scan)
+@replaces(Scan)
 def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
     if not op.info.as_while:
-        return jax_funcify_for_scan(op, node=node, **kwargs)
+        return jax_gpu_funcify.stock(Scan)(op, node=node, **kwargs)
     info = op.info
     if info.n_mit_mot:
         raise NotImplementedError(f"{op}: a while-Scan with mit-mot states has no JAX lowering")
     kwargs.pop("storage_map", None)
     steps_context: WhileStepSpecialisation | None = kwargs.get(WHILE_STEPS_KEY)
     specialisable = steps_context is not None and node in steps_context.top_level_nodes
-    inner_fn = jax_funcify(op.fgraph, **kwargs)
+    inner_fn = jax_gpu_funcify(op.fgraph, **kwargs)
     tap_slices = [*info.mit_sot_in_slices, *info.sit_sot_in_slices]
     init_lens = [-min(taps) for taps in tap_slices]
     traced_slots = [*init_lens, *([0] * info.n_nit_sot)]

@@ -12,8 +12,10 @@ whenever the input reaches a length (a Scan's step count or nit-sot size, the
 shape of ``Alloc``/``AllocEmpty``/``Reshape``, the bounds of ``ARange`` or
 ``Eye``), so the linker makes it static; the trace-time evaluation of shape
 arithmetic (`gpubackend.dispatch.jax_fgraph`) keeps everything computed from it
-concrete. It runs once at compile time, under the "jax" tag, so stock
-``mode="JAX"`` and JAX_GPU (a `JAXLinker` subclass) both get it.
+concrete. It runs once at compile time. JAX_GPU includes it by its
+``gpubackend`` tag; stock ``mode="JAX"`` gets it through the "jax" tag only when
+gpubackend's lowerings are registered globally (see `jax_replacements`), since
+stock lowerings cannot use what it makes static.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from pytensor.scan.op import Scan
 from pytensor.tensor.basic import Alloc, AllocEmpty, ARange, Eye
 from pytensor.tensor.shape import Reshape
 from pytensor.tensor.type import TensorType
+
+from gpubackend.registration import REWRITE_TAG, registers_globally
 
 
 def _length_inputs(node: Apply) -> Iterator[Variable]:
@@ -76,6 +80,7 @@ def static_integer_length_inputs(fgraph: FunctionGraph) -> None:
 optdb.register(
     "jax_static_integer_length_inputs",
     static_integer_length_inputs,
-    "jax",
+    REWRITE_TAG,
+    *(["jax"] if registers_globally() else []),
     position=101,
 )
