@@ -29,9 +29,18 @@ from dataclasses import dataclass
 from types import FunctionType
 from typing import Any
 
-from pytensor.link.jax.dispatch.basic import jax_funcify
-
 from gpubackend.registration import DispatchName
+
+
+def _jax_registry() -> Callable:
+    """PyTensor's ``jax_funcify``, with its lowerings and gpubackend's recorded.
+
+    Imported on use, not at module level: importing PyTensor's JAX dispatch runs
+    `gpubackend.dispatch.register_jax_lowerings`, whose modules import this one.
+    """
+    from pytensor.link.jax.dispatch.basic import jax_funcify
+
+    return jax_funcify
 
 @dataclass(frozen=True)
 class Replacement:
@@ -47,7 +56,7 @@ def replaces(*op_types: type) -> Callable[[Callable], Callable]:
 
     def record(lowering: Callable) -> Callable:
         for op_type in op_types:
-            REPLACED[op_type] = Replacement(stock=jax_funcify.dispatch(op_type), ours=lowering)
+            REPLACED[op_type] = Replacement(stock=_jax_registry().dispatch(op_type), ours=lowering)
         return lowering
 
     return record
@@ -55,6 +64,7 @@ def replaces(*op_types: type) -> Callable[[Callable], Callable]:
 
 def register_globally() -> None:
     """Put every replacement on PyTensor's ``jax_funcify``."""
+    jax_funcify = _jax_registry()
     for op_type, replacement in REPLACED.items():
         jax_funcify.register(op_type, replacement.ours)
 
@@ -72,7 +82,7 @@ class JAXDispatch:
 
     def lowering_for(self, op_type: type) -> Callable:
         """The lowering of ``op_type``: the picked one where the registry holds a replaced or replacing lowering."""
-        registered = jax_funcify.dispatch(op_type)
+        registered = _jax_registry().dispatch(op_type)
         replaced = next((REPLACED[cls] for cls in op_type.__mro__ if cls in REPLACED), None)
         if replaced is not None and registered in (replaced.stock, replaced.ours):
             return self._pick(replaced)
@@ -89,6 +99,7 @@ class JAXDispatch:
             return lowering
         rebound = self._rebound.get(lowering)
         if rebound is None:
+            jax_funcify = _jax_registry()
             names = [name for name, value in lowering.__globals__.items() if value is jax_funcify]
             if not names:
                 return lowering
