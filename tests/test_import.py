@@ -127,3 +127,21 @@ print(json.dumps({{"before_compile": before_compile, "after_compile": jax.config
     env["PYTENSOR_FLAGS"] = ",".join(filter(None, [env.get("PYTENSOR_FLAGS"), f"floatX={float_x}"]))
     seen = run_fresh(script, env)
     assert seen == {"before_compile": enabled, "after_compile": enabled, "early": dtype, "out": dtype}
+
+
+def test_a_first_compile_under_another_floatx_keeps_the_precision_decided_when_jax_loaded():
+    # PyTensor's JAX dispatch, which loads with the first compile, re-sets jax_enable_x64 from the floatX of that
+    # moment; a float32 context there must not turn float64 off for the rest of the process.
+    script = """
+import json
+import numpy as np, pytensor, pytensor.tensor as pt
+import gpubackend, jax
+with pytensor.config.change_flags(floatX="float32"):
+    x = pt.vector("x")
+    pytensor.function([x], x * 2, mode="JAX_GPU")(np.ones(3, dtype="float32"))
+y = pt.dvector("y")
+out = pytensor.function([y], y * 2, mode="JAX_GPU")(np.ones(3))
+print(json.dumps({"x64": jax.config.jax_enable_x64, "out": str(out.dtype)}))
+"""
+    env = {**os.environ, "PYTENSOR_FLAGS": ",".join(filter(None, [os.environ.get("PYTENSOR_FLAGS"), "floatX=float64"]))}
+    assert run_fresh(script, env) == {"x64": True, "out": "float64"}
