@@ -138,8 +138,7 @@ def model_row(name: str, draws: int, repeats: int, eval_repeat: int) -> list[str
         return lambda: jax.block_until_ready(value_and_grad(values))
 
     def numba_logp_grad():
-        fn = model.logp_dlogp_function(mode="NUMBA")
-        fn.set_extra_values({})
+        fn = model.logp_dlogp_function(ravel_inputs=True, mode="NUMBA")
         flat = np.concatenate([np.ravel(point[v.name]) for v in model.value_vars])
         fn(flat)
         return lambda: fn(flat)
