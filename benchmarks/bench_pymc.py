@@ -8,10 +8,10 @@ every timed path can run, this prints:
   NUMBA ``logp_dlogp_function``, and nutpie's ``compile_pymc_model`` (numba);
 - the warm logp+gradient evaluation time of the first two;
 - ESS per second (ArviZ bulk ESS, smallest over the variables, divided by the
-  sampling time without compilation; numpyro's per-run jit is measured by a
-  2-draw run and taken off) for numpyro with the plugin
-  (``chain_method="vectorized"``), PyMC's NUTS on NUMBA (the baseline) and nutpie
-  on numba.
+  wall time of the whole ``pm.sample`` call, compilation included, as a user
+  meets it: numpyro jits its loops again on every call) for numpyro with the
+  plugin (``chain_method="vectorized"``), PyMC's NUTS on NUMBA (the baseline)
+  and nutpie on numba.
 
 Every figure is a median over repeats; ratios are against the baselines
 measured in the same run. With a GPU, the GPU rows run numpyro vectorized on
@@ -38,7 +38,6 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
 from _timing import format_seconds, median_seconds  # noqa: E402
-from numpyro.infer import MCMC, NUTS  # noqa: E402
 from pymc.sampling.jax import get_jaxified_logp  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -57,63 +56,21 @@ def min_bulk_ess(posterior) -> float:
     return float(min(np.min(np.asarray(ess[name])) for name in ess.data_vars))
 
 
-class NumpyroSampler:
-    """numpyro NUTS (vectorized chains) on the jaxified logp, as ``pm.sample(nuts_sampler="numpyro")`` builds it."""
-
-    def __init__(self, model: pm.Model, chains: int, draws: int, device: jax.Device | None = None):
-        self.model, self.chains, self.device = model, chains, device
-        negative_logp = get_jaxified_logp(model, negative_logp=False)
-        self.names = [v.name for v in model.value_vars]
-        self.mcmc = MCMC(
-            NUTS(potential_fn=lambda params: negative_logp([params[n] for n in self.names])),
-            num_warmup=draws,
-            num_samples=draws,
-            num_chains=chains,
-            chain_method="vectorized",
-            progress_bar=False,
+def sample_run(model: pm.Model, draws: int, seed: int, chains: int = 2, device: jax.Device | None = None, **how):
+    """(wall seconds, min bulk ESS) of one ``pm.sample`` call, compilation included, as a user meets it."""
+    with jax.default_device(device or jax.devices()[0]):
+        began = time.perf_counter()
+        idata = pm.sample(
+            draws=draws, tune=draws, chains=chains, model=model, random_seed=seed, progressbar=False,
+            compute_convergence_checks=False, **how,
         )
-        start = model.initial_point()
-        self.init = {n: np.broadcast_to(start[n], (chains, *np.shape(start[n]))).copy() for n in self.names}
-
-    def run(self, seed: int) -> tuple[float, float]:
-        """(seconds, min bulk ESS) of one warmup+sampling run."""
-        with jax.default_device(self.device or jax.devices()[0]):
-            began = time.perf_counter()
-            self.mcmc.run(jax.random.PRNGKey(seed), init_params=self.init)
-            samples = jax.block_until_ready(self.mcmc.get_samples(group_by_chain=True))
-            seconds = time.perf_counter() - began
-        posterior = arviz.from_dict({"posterior": {n: np.asarray(v) for n, v in samples.items()}}).posterior
-        return seconds, min_bulk_ess(posterior)
+        seconds = time.perf_counter() - began
+    return seconds, min_bulk_ess(idata.posterior)
 
 
-def numpyro_ess_per_second(model: pm.Model, chains: int, draws: int, repeats: int, device=None) -> float:
-    """ESS/s of numpyro's sampling alone.
-
-    numpyro traces and compiles its loops again on every ``run``; that cost
-    does not grow with the draws, so a 2-draw run of the same sampler measures
-    it and is taken off each timed run.
-    """
-    sampler = NumpyroSampler(model, chains=chains, draws=draws, device=device)
-    overhead_sampler = NumpyroSampler(model, chains=chains, draws=2, device=device)
-    runs = [sampler.run(SEED + r) for r in range(repeats)]
-    overhead = statistics.median(overhead_sampler.run(SEED + r)[0] for r in range(repeats))
-    return statistics.median(ess / max(seconds - overhead, 1e-9) for seconds, ess in runs)
-
-
-def pymc_numba_run(model: pm.Model, draws: int, seed: int) -> tuple[float, float]:
-    idata = pm.sample(
-        draws=draws, tune=draws, chains=2, cores=1, nuts_sampler="pymc", compile_kwargs={"mode": "NUMBA"},
-        model=model, random_seed=seed, progressbar=False, compute_convergence_checks=False,
-    )
-    return float(idata.posterior.attrs["sampling_time"]), min_bulk_ess(idata.posterior)
-
-
-def nutpie_run(compiled, draws: int, seed: int) -> tuple[float, float]:
-    import nutpie
-
-    began = time.perf_counter()
-    idata = nutpie.sample(compiled, draws=draws, tune=draws, chains=2, seed=seed, progress_bar=False, cores=2)
-    return time.perf_counter() - began, min_bulk_ess(idata.posterior)
+NUMPYRO_VECTORIZED = {"nuts_sampler": "numpyro", "nuts": {"chain_method": "vectorized"}}
+PYMC_NUMBA = {"nuts_sampler": "pymc", "cores": 1, "compile_kwargs": {"mode": "NUMBA"}}
+NUTPIE_NUMBA = {"nuts_sampler": "nutpie", "compile_kwargs": {"mode": "NUMBA"}}
 
 
 def ess_per_second(run, repeats: int) -> float:
@@ -150,13 +107,13 @@ def model_row(name: str, draws: int, repeats: int, eval_repeat: int) -> list[str
 
     jax_eval, jax_compile = timed(jax_logp_grad)
     numba_eval, numba_compile = timed(numba_logp_grad)
-    compiled, nutpie_compile = timed(nutpie_compiled)
+    _, nutpie_compile = timed(nutpie_compiled)
     jax_seconds = median_seconds(jax_eval, number=20, repeat=eval_repeat)
     numba_seconds = median_seconds(numba_eval, number=20, repeat=eval_repeat)
 
-    numpyro_ess = numpyro_ess_per_second(model, chains=2, draws=draws, repeats=repeats)
-    pymc_ess = ess_per_second(lambda seed: pymc_numba_run(model, draws, seed), repeats)
-    nutpie_ess = ess_per_second(lambda seed: nutpie_run(compiled, draws, seed), repeats)
+    numpyro_ess = ess_per_second(lambda seed: sample_run(model, draws, seed, **NUMPYRO_VECTORIZED), repeats)
+    pymc_ess = ess_per_second(lambda seed: sample_run(model, draws, seed, **PYMC_NUMBA), repeats)
+    nutpie_ess = ess_per_second(lambda seed: sample_run(model, draws, seed, **NUTPIE_NUMBA), repeats)
     return [
         name,
         format_seconds(jax_compile), format_seconds(numba_compile), format_seconds(nutpie_compile),
@@ -180,7 +137,8 @@ def gpu_rows(names: list[str], draws: int, repeats: int, console: Console) -> No
         for chains in GPU_CHAINS:
             rates = []
             for device in (gpus[0], cpu):
-                rates.append(numpyro_ess_per_second(model, chains, draws, repeats, device))
+                run = lambda seed: sample_run(model, draws, seed, chains, device, **NUMPYRO_VECTORIZED)  # noqa: E731
+                rates.append(ess_per_second(run, repeats))
             table.add_row(name, str(chains), f"{rates[0]:.0f}", f"{rates[1]:.0f}", f"{rates[0] / rates[1]:.2f}x")
     console.print(table)
 
