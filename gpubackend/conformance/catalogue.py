@@ -425,6 +425,51 @@ def case_minimize_blockwise() -> CaseGraph:
     return CaseGraph([xb, ab], batched, [np.zeros((3, 2)), a_v], **SOLVER_TOLERANCE)
 
 
+def _constant_start_case(a: Variable, solved: tuple[Variable, Variable], a_value) -> CaseGraph:
+    """A solve whose start value is a constant, so the only input is ``a``.
+
+    Outputs as in `_solver_case`. A 0-d constant reaches a JAX lowering as a
+    Python scalar (jax_typify unwraps it), a vector one as an array.
+    """
+    solution, success = solved
+    outputs = [solution, success, pytensor.grad(solution.sum(), a)]
+    return CaseGraph([a], outputs, [np.asarray(a_value, dtype=float)], **SOLVER_TOLERANCE)
+
+
+@register_case("optimize")
+def case_root_constant_vector_start() -> CaseGraph:
+    x, a = pt.constant(np.zeros(3)), pt.vector("a")
+    solved = root(x**3 + x - a, x, method="hybr", optimizer_kwargs={"tol": 1e-12})
+    return _constant_start_case(a, solved, [0.5, -1.0, 2.0])
+
+
+@register_case("optimize")
+def case_root_constant_scalar_start() -> CaseGraph:
+    x, a = pt.constant(0.5, dtype="float64"), pt.scalar("a")
+    solved = root(x**3 + a * x - 1.0, x, method="hybr", optimizer_kwargs={"tol": 1e-12})
+    return _constant_start_case(a, solved, 1.5)
+
+
+@register_case("optimize")
+def case_minimize_constant_scalar_start() -> CaseGraph:
+    x, a = pt.constant(0.0, dtype="float64"), pt.scalar("a")
+    solved = minimize(_quartic_objective(x, a), x, method="BFGS", optimizer_kwargs={"tol": 1e-8})
+    return _constant_start_case(a, solved, 1.5)
+
+
+@register_case("optimize")
+def case_minimize_scalar_constant_start() -> CaseGraph:
+    x, a = pt.constant(0.0, dtype="float64"), pt.scalar("a")
+    solved = minimize_scalar(_quartic_objective(x, a), x, method="brent", optimizer_kwargs={"tol": 1e-12})
+    return _constant_start_case(a, solved, 1.5)
+
+
+@register_case("optimize")
+def case_root_scalar_constant_start() -> CaseGraph:
+    x, a = pt.constant(0.5, dtype="float64"), pt.scalar("a")
+    return _constant_start_case(a, root_scalar(x**3 + x - a, x, method="newton"), 2.0)
+
+
 # --- Mixtures -------------------------------------------------------------------
 
 

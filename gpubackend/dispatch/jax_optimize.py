@@ -49,6 +49,15 @@ def _dtype(op: ScipyWrapperOp) -> str:
     return op.fgraph.inputs[0].type.dtype
 
 
+def _start(x0, dtype: str) -> jax.Array:
+    """The start value as an array of the op's dtype.
+
+    jax_typify hands a 0-d constant over as a Python scalar (``ndarray.item()``),
+    so a constant start arrives without ``size`` or ``dtype``.
+    """
+    return jnp.asarray(x0, dtype=dtype)
+
+
 def _solved(solve: Callable, fn: Objective, choice: SolverChoice, x0, args: tuple, options: dict | None = None):
     """``(solution, success)``: run without throwing; success is optimistix's own verdict."""
     solution = solve(fn, choice.solver, x0, args=args, options=options, max_steps=choice.max_steps, throw=False)
@@ -62,6 +71,7 @@ def _vector_solve(op: ScipyWrapperOp, kwargs: dict, choose: Callable[..., Solver
     objective = _objective(op, kwargs)
 
     def vector_solve(x0, *args):
+        x0 = _start(x0, dtype)
         return _solved(solve, objective, choose(op.method, op.optimizer_kwargs, n_variables=x0.size, dtype=dtype), x0, args)
 
     return vector_solve
@@ -93,12 +103,14 @@ def _search_interval(objective: Objective, bounds: dict, args: tuple, max_steps:
 
 
 def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> Callable:
-    choice = minimize_scalar_solver(op.method, op.optimizer_kwargs, dtype=_dtype(op))
+    dtype = _dtype(op)
+    choice = minimize_scalar_solver(op.method, op.optimizer_kwargs, dtype=dtype)
     if op.method == "bounded" and "bounds" not in op.bound_kwargs:
         raise ValueError("minimize_scalar(method='bounded') needs `bounds`")
     objective = _objective(op, kwargs)
 
     def minimize_scalar(x0, *inputs):
+        x0 = _start(x0, dtype)
         args, bounds = _bounds_by_name(op, (x0, *inputs))
         lower, upper, found = _search_interval(objective, bounds, args, choice.max_steps)
         # Searched as an offset from `lower`: optimistix 0.1.0's GoldenSearch places
@@ -113,13 +125,15 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> C
 
 
 def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
-    choice = root_scalar_solver(op.method, op.optimizer_kwargs, dtype=_dtype(op))
+    dtype = _dtype(op)
+    choice = root_scalar_solver(op.method, op.optimizer_kwargs, dtype=dtype)
     brackets = op.method in BRACKETING_ROOT_METHODS
     if brackets and "bracket" not in op.bound_kwargs:
         raise ValueError(f"root_scalar(method={op.method!r}) needs a `bracket` (a, b) on which the equation changes sign")
     equation = _objective(op, kwargs)
 
     def root_scalar(x0, *inputs):
+        x0 = _start(x0, dtype)
         args, bounds = _bounds_by_name(op, (x0, *inputs))
         if not brackets:
             return _solved(optx.root_find, equation, choice, x0, args)
