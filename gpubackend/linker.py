@@ -16,7 +16,7 @@ import pytensor.link.jax.dispatch  # noqa: E402, F401  isort: skip
 
 from gpubackend.device_inputs import DeviceResidentInput, ResidentSharedCell, StaticShapeInput
 from gpubackend.devices import DeviceSpec, resolve_device
-from gpubackend.dispatch.jax_while_steps import WHILE_STEPS_KEY, StepSpecialisedFunction, WhileStepSpecialisation
+from gpubackend.dispatch.jax_while_steps import StepCountedGraph, StepSpecialisedFunction
 from gpubackend.placement import DevicesSpec, Placement, ShardSpec, input_label, resolve_devices
 
 
@@ -36,8 +36,9 @@ class JAXGPULinker(JAXLinker):
     - shared variables are uploaded once and stay resident;
     - buffers of updated shared variables are donated, so XLA updates in place;
     - outputs are committed to the device;
-    - the trace of a while-Scan gets its data-dependent length: the function is
-      specialised on the step counts taken (`StepSpecialisedFunction`).
+    - an output whose length is a while-Scan's step count gets it: the function
+      is specialised on the step counts taken (`StepSpecialisedFunction`, one
+      explicit read per call); every other while-Scan graph makes no read.
     """
 
     def __init__(
@@ -55,7 +56,6 @@ class JAXGPULinker(JAXLinker):
         self.device_spec = device
         self.devices_spec = devices
         self.shard = dict(shard or {})
-        self.while_steps: WhileStepSpecialisation | None = None
         super().__init__(**kwargs)
 
     def make_all(self, input_storage=None, output_storage=None, storage_map=None):
@@ -90,13 +90,7 @@ class JAXGPULinker(JAXLinker):
         return Container(container_type, container.storage, name=variable.name)
 
     def fgraph_convert(self, fgraph, **kwargs):
-        self.while_steps = WhileStepSpecialisation.of(fgraph)
-        if self.while_steps is not None:
-            kwargs[WHILE_STEPS_KEY] = self.while_steps
-        graph_fn = super().fgraph_convert(fgraph, **kwargs)
-        if self.while_steps is None:
-            return graph_fn
-        return self.while_steps.returning_step_counts(graph_fn)
+        return super().fgraph_convert(fgraph, step_counts=True, **kwargs)
 
     def create_thunk_inputs(self, storage_map):
         thunk_inputs = super().create_thunk_inputs(storage_map)
@@ -118,23 +112,21 @@ class JAXGPULinker(JAXLinker):
         return isinstance(variable, SharedVariable) and hasattr(variable.type, "dtype")
 
     def jit_compile(self, fn):
-        # A call runs again when a while-Scan stops after a new number of steps,
-        # so its inputs must survive the first run: nothing is donated then.
-        donated = [] if self.while_steps else sorted(set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs))
-
-        def new_jit():
-            # A fresh function object per specialisation: jax.jit caches traces per function.
-            def graph(*args):
-                return fn(*args)
-
-            return jax.jit(
-                graph,
-                static_argnums=self.scalar_shape_inputs,
-                donate_argnums=donated,
+        if isinstance(fn, StepCountedGraph):
+            # A call runs again when a while-Scan stops after a new number of
+            # steps, so its inputs must survive the first run: nothing is donated.
+            jitted = jax.jit(
+                fn.fn,
+                static_argnums=(0, *(position + 1 for position in self.scalar_shape_inputs)),
                 out_shardings=self.placement.output_sharding,
             )
-
-        return new_jit() if self.while_steps is None else StepSpecialisedFunction(self.while_steps, new_jit)
+            return StepSpecialisedFunction(jitted, len(fn.nodes))
+        return jax.jit(
+            fn,
+            static_argnums=self.scalar_shape_inputs,
+            donate_argnums=sorted(set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs)),
+            out_shardings=self.placement.output_sharding,
+        )
 
     def __repr__(self) -> str:
         if self.devices_spec is not None:

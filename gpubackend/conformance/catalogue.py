@@ -124,8 +124,8 @@ def case_scan_sit_sot() -> CaseGraph:
     return CaseGraph(inputs, [states], values, [_tanh_recurrence_states(*values)])
 
 
-@register_case("scan", batch_axes=(1, None))
-def case_scan_mit_sot_taps() -> CaseGraph:
+def _two_tap_recurrence() -> tuple[Variable, Variable, Variable]:
+    """``x_t = a * x_{t-1} + x_{t-2}`` for 6 steps: the inputs ``init`` (2 rows) and ``a``, and every state."""
     init, a = pt.matrix("init"), pt.scalar("a")
     seq = _scan(
         lambda x_tm2, x_tm1, a: a * x_tm1 + x_tm2,
@@ -133,6 +133,12 @@ def case_scan_mit_sot_taps() -> CaseGraph:
         non_sequences=[a],
         n_steps=6,
     )
+    return init, a, seq
+
+
+@register_case("scan", batch_axes=(1, None))
+def case_scan_mit_sot_taps() -> CaseGraph:
+    init, a, seq = _two_tap_recurrence()
     rng = _rng(1)
     init_v, a_v = _floats(rng, 2, 3), np.asarray(0.5)
     history = list(init_v)
@@ -154,6 +160,26 @@ def case_scan_grad_mit_mot() -> CaseGraph:
     inputs, states = _tanh_recurrence()
     grads = pytensor.grad((states**2).sum(), inputs)
     return CaseGraph(inputs, grads, _tanh_recurrence_values(3, 0.7))
+
+
+def _second_order_grads(cost: Variable, first: list[Variable], second: list[Variable]) -> list[Variable]:
+    """Gradients of the summed first-order gradients: they differentiate the gradient Scan (mit-mot) again."""
+    summed = pt.add(*(grad.sum() for grad in pytensor.grad(cost, first)))
+    return pytensor.grad(summed, second)
+
+
+@register_case("scan")
+def case_scan_sit_sot_second_order_grad() -> CaseGraph:
+    inputs, states = _tanh_recurrence()
+    xs, h0, w = inputs
+    return CaseGraph(inputs, _second_order_grads((states**2).sum(), [w, xs], [w, h0]), _tanh_recurrence_values(7, 0.7))
+
+
+@register_case("scan")
+def case_scan_mit_sot_second_order_grad() -> CaseGraph:
+    init, a, seq = _two_tap_recurrence()
+    grads = _second_order_grads((seq**2).sum(), [a, init], [a, init])
+    return CaseGraph([init, a], grads, [_floats(_rng(8), 2, 3), np.asarray(0.5)])
 
 
 def _doubling_until(x0: Variable, limit: Variable) -> Variable:
