@@ -43,7 +43,9 @@ class Case:
     independent problems (``None``: the input is shared by all of them); it is
     metadata for sharding, set where a case naturally has a batch axis.
     ``inplace_opportunity`` marks inner graphs with internal buffers that a
-    backend baking inplace (Numba) should destroy.
+    backend baking inplace (Numba) should destroy. ``host_reads`` is the number
+    of explicit device-to-host reads a warm call may make on a device-resident
+    backend (the step counts of a while-Scan whose trace is an output).
     """
 
     name: str
@@ -51,6 +53,7 @@ class Case:
     build: Callable[[], CaseGraph] = field(repr=False, compare=False)
     batch_axes: tuple[int | None, ...] | None = None
     inplace_opportunity: bool = False
+    host_reads: int = 0
 
 
 CATALOGUE: dict[str, Case] = {}
@@ -61,6 +64,7 @@ def register_case(
     *,
     batch_axes: tuple[int | None, ...] | None = None,
     inplace_opportunity: bool = False,
+    host_reads: int = 0,
 ) -> Callable[[Callable[[], CaseGraph]], Callable[[], CaseGraph]]:
     """Add a builder to `CATALOGUE` under its function name (without a leading ``case_``)."""
 
@@ -68,7 +72,7 @@ def register_case(
         case_name = build.__name__.removeprefix("case_")
         if case_name in CATALOGUE:
             raise ValueError(f"Conformance case {case_name!r} is registered twice")
-        CATALOGUE[case_name] = Case(case_name, family, build, batch_axes, inplace_opportunity)
+        CATALOGUE[case_name] = Case(case_name, family, build, batch_axes, inplace_opportunity, host_reads)
         return build
 
     return decorator
@@ -197,7 +201,7 @@ def _doubling_reference(x0: float, limit: float) -> np.ndarray:
     return np.asarray(trace)
 
 
-@register_case("scan")
+@register_case("scan", host_reads=1)
 def case_scan_while_until() -> CaseGraph:
     x0, limit = pt.scalar("x0"), pt.scalar("limit")
     x0_v, limit_v = np.asarray(0.3), np.asarray(10.0)
