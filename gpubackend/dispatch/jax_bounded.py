@@ -29,7 +29,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytensor.scalar as ps
-from pytensor.graph.basic import Constant
 from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.basic import Alloc, AllocEmpty, Join, ScalarFromTensor, TensorFromScalar
 from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
@@ -151,8 +150,12 @@ def _array_elemwise(fn: Callable) -> Callable:
 def _elemwise(op: Elemwise, node, input_kinds, **kwargs) -> BoundedLowering:
     fn = jax_funcify(op, node=node, **kwargs)
     if "array" in input_kinds:
-        if any(kind is None and var.type.ndim == node.outputs[0].type.ndim and var.type.shape[0] != 1
-               for kind, var in zip(input_kinds, node.inputs, strict=True)):  # fmt: skip
+        ndim = node.outputs[0].type.ndim
+        plain_lengths = [
+            value.type.shape[0] for kind, value in zip(input_kinds, node.inputs, strict=True)
+            if kind is None and value.type.ndim == ndim
+        ]  # fmt: skip
+        if any(length != 1 for length in plain_lengths):
             raise NotImplementedError(f"{op}: a run-time length meets an input of another length")
         return _array_elemwise(fn), ("array",) * len(node.outputs)
     return _integer_elemwise(op, fn), ("int",) * len(node.outputs)
@@ -276,18 +279,22 @@ def _leading(x):
     return x, x.shape[0]
 
 
-def _check_indices(op, node, input_kinds, first_index_inputs: int):
+def _check_indices(op, input_kinds: Sequence[Kind], first_index_input: int) -> None:
+    """Refuse run-time lengths anywhere but in the array's leading axis and its leading index."""
     leading = op.idx_list[0] if op.idx_list else None
-    leading_inputs = 0 if leading is None else (1 if not isinstance(leading, slice) else sum(
-        isinstance(bound, int) for bound in (leading.start, leading.stop, leading.step)))  # fmt: skip
-    later = input_kinds[first_index_inputs + leading_inputs :]
-    if leading is None or any(kind is not None for kind in later):
+    if leading is None:
+        raise NotImplementedError(f"{op}: no index on the leading axis")
+    if isinstance(leading, slice):
+        leading_inputs = sum(isinstance(bound, int) for bound in (leading.start, leading.stop, leading.step))
+    else:
+        leading_inputs = 1
+    if any(kind is not None for kind in input_kinds[first_index_input + leading_inputs :]):
         raise NotImplementedError(f"{op}: a run-time length may only index the leading axis")
 
 
 @bounded_jax_funcify.register(Subtensor)
 def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
-    _check_indices(op, node, input_kinds, 1)
+    _check_indices(op, input_kinds, 1)
     is_slice = isinstance(op.idx_list[0], slice)
 
     def subtensor(x, *index_inputs):
@@ -305,7 +312,7 @@ def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
 
 @bounded_jax_funcify.register(IncSubtensor)
 def _inc_subtensor(op: IncSubtensor, node, input_kinds, **kwargs) -> BoundedLowering:
-    _check_indices(op, node, input_kinds, 2)
+    _check_indices(op, input_kinds, 2)
     if input_kinds[1] == "array" and not isinstance(op.idx_list[0], slice):
         raise NotImplementedError(f"{op}: a run-time length in the value written at one position")
     is_slice = isinstance(op.idx_list[0], slice)

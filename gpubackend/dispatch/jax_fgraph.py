@@ -13,6 +13,11 @@ concrete: it is evaluated at trace time, so each length is a Python value that
 A new length means a new input shape, hence a new trace; a stale length can
 never be reused. Nodes that see a tracer are staged as usual.
 
+A graph with a while-Scan whose trace PyTensor may trim to the steps taken is
+lowered by the plan `jax_while_steps` makes for it: bounded buffers where every
+output has a static shape, else (for a linker passing ``step_counts=True``) a
+`StepCountedGraph` specialised on step counts, else `DataDependentLengthError`.
+
 It also starts the memo that `jax_ofg` threads through one lowering, and it
 returns every output with the dtype of the graph's type: some stock lowerings
 return their accumulator dtype (a float32 ``Sum`` with ``acc_dtype=float64``

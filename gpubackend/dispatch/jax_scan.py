@@ -94,7 +94,7 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
         # The graph lowering (`jax_while_steps`) takes the while-Scans whose traces may be trimmed.
         if node is not None and any(possibly_trimmed_traces(op, node)):
             raise data_dependent_length_error(op, "a traced output keeps more entries than its initial ones")
-        return _while_scan_loop(op, kwargs, untrimmed_outputs)
+        return _loop_lowering(op, kwargs, _untrimmed_outputs)
     for_scan = jax_funcify_for_scan(op, node=node, **kwargs)
     def for_scan_with_host_lengths(*outer_inputs):
         outer_inputs = list(outer_inputs)
@@ -243,7 +243,7 @@ def _oldest_first(buffer: jax.Array, size, written):
     return Bounded(buffer[positions], jnp.minimum(written, size))
 
 
-def untrimmed_outputs(op: Scan, loop: LoopResult) -> list:
+def _untrimmed_outputs(op: Scan, loop: LoopResult) -> list:
     """Outputs of a while-Scan whose traces PyTensor never trims (full ring buffers)."""
     traces = [_rotated(buffer, slot, loop.steps_taken) for buffer, _, slot in loop.traces]
     return [*(buffer for buffer, _ in loop.mit_mot), *traces, *loop.untraced]
@@ -261,7 +261,7 @@ def _bounded_outputs(op: Scan, loop: LoopResult) -> list:
     """Every output as a plain array where its length is static, `Bounded` where it is known only at run time."""
     mit_mot = [buffer if _is_static(size) else Bounded(buffer, size) for buffer, size in loop.mit_mot]
     steps = loop.steps_taken if op.info.as_while else loop.n_steps
-    trimmable = possibly_trimmed_traces_of_loop(op, loop)
+    trimmable = _needs_general_order(op, loop)
     traces = [
         _oldest_first(buffer, size, steps + slot) if trim else _rotated(buffer, slot, steps)
         for (buffer, size, slot), trim in zip(loop.traces, trimmable, strict=True)
@@ -269,7 +269,7 @@ def _bounded_outputs(op: Scan, loop: LoopResult) -> list:
     return [*mit_mot, *traces, *loop.untraced]
 
 
-def possibly_trimmed_traces_of_loop(op: Scan, loop: LoopResult) -> list[bool]:
+def _needs_general_order(op: Scan, loop: LoopResult) -> list[bool]:
     """Traces that need the general ordering: trimmable, or of a size known only at run time."""
     return [
         not (_is_static(size) and buffer.shape[0] == int(size) and (not op.info.as_while or _keeps_every_step(int(size), slot)))
@@ -277,7 +277,7 @@ def possibly_trimmed_traces_of_loop(op: Scan, loop: LoopResult) -> list[bool]:
     ]
 
 
-def _while_scan_loop(op: Scan, kwargs: dict, finish: Callable[[Scan, LoopResult], list]) -> Callable:
+def _loop_lowering(op: Scan, kwargs: dict, finish: Callable[[Scan, LoopResult], list]) -> Callable:
     kwargs = {key: value for key, value in kwargs.items() if key != "storage_map"}
     inner_fn = jax_funcify(op.fgraph, **kwargs)
     run = _scan_loop(op, inner_fn)
@@ -303,7 +303,7 @@ def bounded_scan(op: Scan, node, input_kinds: Sequence[Kind], **kwargs):
     output_kinds: list[Kind] = [kinds[buffer] for buffer in op.outer_mitmot(outer)]
     output_kinds += ["array" if trim or kinds[value] is not None else None for trim, value in zip(trimmable, traced_inputs, strict=True)]
     output_kinds += [None] * op.info.n_untraced_sit_sot
-    return _while_scan_loop(op, kwargs, _bounded_outputs), tuple(output_kinds)
+    return _loop_lowering(op, kwargs, _bounded_outputs), tuple(output_kinds)
 
 
 def specialised_while_scan(op: Scan, node, **kwargs) -> Callable:
