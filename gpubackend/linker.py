@@ -90,7 +90,8 @@ class JAXGPULinker(JAXLinker):
         return Container(container_type, container.storage, name=variable.name)
 
     def fgraph_convert(self, fgraph, **kwargs):
-        return super().fgraph_convert(fgraph, step_counts=True, **kwargs)
+        # The jitted graph serves PyTensor's calls only: JAX never differentiates it.
+        return super().fgraph_convert(fgraph, step_counts=True, jax_differentiable=False, **kwargs)
 
     def create_thunk_inputs(self, storage_map):
         thunk_inputs = super().create_thunk_inputs(storage_map)

@@ -4,7 +4,8 @@ A while-Scan runs at most ``n_steps`` iterations and stops after the first one
 whose ``until`` condition is true. With a step bound known while tracing, the
 loop is Equinox's bounded while loop, so ``jax.grad`` (also under ``pmap``, as
 numpyro's default chain method uses it) and ``jax.jvp`` of the lowered graph
-work; without one it is ``lax.while_loop``.
+work; without one, or when the linker says JAX will not differentiate the
+graph (JAX_GPU), it is ``lax.while_loop``, which exits as soon as it stops.
 
 Its traced outputs live in buffers of the size the graph declares (the outer
 buffers, or the nit-sot sizes), written at ``(init + step) % size`` as
@@ -94,7 +95,7 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
         # The graph lowering (`jax_while_steps`) takes the while-Scans whose traces may be trimmed.
         if node is not None and any(possibly_trimmed_traces(op, node)):
             raise data_dependent_length_error(op, "a traced output keeps more entries than its initial ones")
-        return _loop_lowering(op, kwargs, _untrimmed_outputs)
+        return _loop_lowering(op, _untrimmed_outputs, **kwargs)
     for_scan = jax_funcify_for_scan(op, node=node, **kwargs)
     def for_scan_with_host_lengths(*outer_inputs):
         outer_inputs = list(outer_inputs)
@@ -132,7 +133,16 @@ def _buffer_and_size(value) -> tuple[jax.Array, Any]:
     return value, value.shape[0]
 
 
-def _scan_loop(op: Scan, inner_fn: Callable) -> Callable[[list], LoopResult]:
+def _scan_loop(op: Scan, *, jax_differentiable: bool = True, **kwargs) -> Callable[[list], LoopResult]:
+    """The loop of any Scan, over lengths and buffers that may be known only at run time (`jax_bounded`).
+
+    ``jax_differentiable=False`` says nothing will differentiate the lowered
+    graph with JAX (JAX_GPU runs it for PyTensor, whose gradients are graphs
+    of their own), so the loop is ``lax.while_loop``, which exits as soon as
+    it stops instead of stepping through its bound.
+    """
+    kwargs.pop("storage_map", None)
+    inner_fn = jax_funcify(op.fgraph, jax_differentiable=jax_differentiable, **kwargs)
     info = op.info
     tap_slices = [*info.mit_sot_in_slices, *info.sit_sot_in_slices]
     slots = _traced_slots(op)
@@ -205,7 +215,9 @@ def _scan_loop(op: Scan, inner_fn: Callable) -> Callable[[list], LoopResult]:
 
         step_dtype = jnp.asarray(n_steps).dtype
         init = (jnp.asarray(0, step_dtype), jnp.asarray(False), mit_mot_buffers, tap_buffers, nit_buffers, untraced)
-        steps_taken, _, mit_mot_final, tap_final, nit_final, untraced_final = _while_loop(keep_going, body, init, max_steps)
+        steps_taken, _, mit_mot_final, tap_final, nit_final, untraced_final = _while_loop(
+            keep_going, body, init, max_steps if jax_differentiable else None
+        )
         sizes = [*tap_sizes, *(size for size, _ in nit_sizes)]
         traces = list(zip([*tap_final, *nit_final], sizes, slots, strict=True))
         return LoopResult(n_steps, steps_taken, list(zip(mit_mot_final, mit_mot_sizes, strict=True)), traces, untraced_final)
@@ -277,10 +289,8 @@ def _needs_general_order(op: Scan, loop: LoopResult) -> list[bool]:
     ]
 
 
-def _loop_lowering(op: Scan, kwargs: dict, finish: Callable[[Scan, LoopResult], list]) -> Callable:
-    kwargs = {key: value for key, value in kwargs.items() if key != "storage_map"}
-    inner_fn = jax_funcify(op.fgraph, **kwargs)
-    run = _scan_loop(op, inner_fn)
+def _loop_lowering(op: Scan, finish: Callable[[Scan, LoopResult], list], **kwargs) -> Callable:
+    run = _scan_loop(op, **kwargs)
 
     def scan(*outer_inputs):
         outputs = finish(op, run(list(outer_inputs)))
@@ -303,7 +313,7 @@ def bounded_scan(op: Scan, node, input_kinds: Sequence[Kind], **kwargs):
     output_kinds: list[Kind] = [kinds[buffer] for buffer in op.outer_mitmot(outer)]
     output_kinds += ["array" if trim or kinds[value] is not None else None for trim, value in zip(trimmable, traced_inputs, strict=True)]
     output_kinds += [None] * op.info.n_untraced_sit_sot
-    return _loop_lowering(op, kwargs, _bounded_outputs), tuple(output_kinds)
+    return _loop_lowering(op, _bounded_outputs, **kwargs), tuple(output_kinds)
 
 
 def specialised_while_scan(op: Scan, node, **kwargs) -> Callable:
@@ -314,8 +324,7 @@ def specialised_while_scan(op: Scan, node, **kwargs) -> Callable:
     assumption; a caller that gets a mismatch must run it again with the
     actual count (`jax_while_steps.StepSpecialisedFunction`).
     """
-    kwargs = {key: value for key, value in kwargs.items() if key != "storage_map"}
-    run = _scan_loop(op, jax_funcify(op.fgraph, **kwargs))
+    run = _scan_loop(op, **kwargs)
     trimmable = possibly_trimmed_traces(op, node)
 
     def scan(*outer_inputs, assumed_steps: int | None):
