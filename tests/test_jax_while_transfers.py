@@ -81,6 +81,10 @@ def test_host_reads_per_call_of_while_scan_graphs(mode, name, target_device):
 
         def fn(*values):
             return graph_fn(*values)[0]
+
+        stock = pytensor.function(list(inputs), graphs[name], mode="JAX")
+        for limit in LIMITS:
+            np.testing.assert_allclose(np.asarray(stock(0.3, limit)), reference(0.3, limit), rtol=1e-12)
     else:
         fn = pytensor.function(list(inputs), graphs[name], mode=mode)
     for limit in LIMITS:

@@ -68,10 +68,6 @@ def value_of(value):
     return value
 
 
-def length_of(value) -> Any:
-    return value.length if isinstance(value, Bounded) else jnp.shape(value)[0]
-
-
 def as_output(value, static_length: int | None):
     """A graph output: plain values pass, bounded ones are cut to the static length their type declares."""
     if isinstance(value, BoundedInt):
