@@ -147,14 +147,15 @@ def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> Host
     (``np.asarray``, ``int()``, ``bool()`` of a device array) are refused by
     JAX's device-to-host guard on accelerators, but it does not see them on
     CPU devices. There the call's device inputs are first made to wait on a
-    computation of known duration: JAX dispatches asynchronously, so a call
-    that makes no read returns long before that computation ends, and one that
-    returns after it, with no explicit read, read implicitly.
+    device computation of about `_GATE_TARGET_SECONDS`: JAX dispatches
+    asynchronously, so a call that makes no read returns while its inputs are
+    still pending, and one that returns with them ready, having made no
+    explicit read, read implicitly.
     """
     timed = device.platform == "cpu"
     if timed:
-        delay = _gate_rounds_and_seconds(device)[1]
         inputs = [_gated(value) if isinstance(value, jax.Array) else value for value in inputs]
+    gates = [value for value in inputs if isinstance(value, jax.Array)]
     with (
         jax.transfer_guard_host_to_device("disallow_explicit"),
         jax.transfer_guard_device_to_device("disallow_explicit"),
@@ -164,12 +165,13 @@ def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> Host
         started = time.perf_counter()
         outputs = fn(*inputs)
         returned = time.perf_counter() - started
+        # A read of anything computed from the inputs had to wait for them.
+        waited = bool(gates) and all(gate.is_ready() for gate in gates)
     jax.block_until_ready(outputs)
     if not timed:
         return HostReads(explicit[0], "", "transfer guard")
-    method = f"returned after {returned * 1e3:.0f} ms of a {delay * 1e3:.0f} ms wait on its inputs"
-    blocked = returned > delay / 2
-    if blocked and not explicit[0] and any(isinstance(value, jax.Array) for value in inputs):
+    method = f"returned after {returned * 1e3:.0f} ms, its inputs {'ready' if waited else 'still pending'}"
+    if waited and not explicit[0]:
         return HostReads(0, f"the call waited for its inputs' values ({method})", method)
     return HostReads(explicit[0], "", method)
 
@@ -205,12 +207,12 @@ def _wait_then_pass(value: jax.Array, rounds: int) -> jax.Array:
 
 
 def _gated(value: jax.Array) -> jax.Array:
-    return _wait_then_pass(value, _gate_rounds_and_seconds(next(iter(value.devices())))[0])
+    return _wait_then_pass(value, _gate_rounds(next(iter(value.devices()))))
 
 
 @lru_cache(maxsize=None)
-def _gate_rounds_and_seconds(device: jax.Device) -> tuple[int, float]:
-    """Rounds of the wait that take about `_GATE_TARGET_SECONDS` on ``device``, and their measured time."""
+def _gate_rounds(device: jax.Device) -> int:
+    """Rounds of the wait that take about `_GATE_TARGET_SECONDS` on ``device``."""
     probe = jax.device_put(np.zeros((), np.float32), device)
     rounds = _GATE_PROBE_ROUNDS
     for _ in range(2):
@@ -221,7 +223,7 @@ def _gate_rounds_and_seconds(device: jax.Device) -> tuple[int, float]:
         if seconds >= _GATE_TARGET_SECONDS / 2:
             break
         rounds = max(rounds + 1, int(rounds * _GATE_TARGET_SECONDS / max(seconds, 1e-4)))
-    return rounds, seconds
+    return rounds
 
 
 def error_summary(error: BaseException) -> str:
