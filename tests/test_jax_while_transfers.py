@@ -224,3 +224,52 @@ def test_pmap_of_jax_grad_through_a_newton_while_scan():
     # d/da of -(sqrt(a) - 1.5)^2 = -(sqrt(a) - 1.5) / sqrt(a)
     want = -(np.sqrt([2.0, 3.0]) - 1.5) / np.sqrt([2.0, 3.0])
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-8)
+
+
+def _fibonacci_until():
+    f0, limit = pt.vector("f0"), pt.scalar("limit")
+
+    def fibonacci(f_tm2, f_tm1, limit):
+        f_t = f_tm1 + f_tm2
+        return [f_t, 2 * f_t], until(f_t.sum() > limit)
+
+    fs, doubled = pytensor.scan(
+        fibonacci, outputs_info=[{"initial": f0, "taps": [-2, -1]}, None], non_sequences=[limit], n_steps=30, return_updates=False
+    )
+    graphs = {
+        "fs.sum()": fs.sum(),
+        "fs[::-1][0]": fs[::-1][0],
+        "doubled.max()": doubled.max(),
+        "doubled.mean()": doubled.mean(),
+        "grad through mit-sot and nit-sot": pytensor.grad((fs**2).sum() + doubled.sum(), f0),
+    }
+    return [f0, limit], graphs, [[np.array([1.0, 1.0]), limit] for limit in (1.0, 2.5, 100.0, 1e9)]
+
+
+def _accumulate_until():
+    seq, v = pt.matrix("seq"), pt.vector("v")
+
+    def accumulate(x_t, total, v):
+        new_total = total + x_t * v
+        return new_total, until(new_total.sum() > 3.0)
+
+    totals = pytensor.scan(accumulate, sequences=[seq], outputs_info=[pt.zeros_like(v)], non_sequences=[v], return_updates=False)
+    graphs = {
+        "totals.sum()": totals.sum(),
+        "grad wrt the non-sequence": pytensor.grad((totals**2).sum(), v),
+        "grad wrt the sequence": pytensor.grad((totals**2).sum(), seq),
+    }
+    # 1 and 2 rows: lengths the plan treats as run-time ones turn out static while tracing.
+    return [seq, v], graphs, [[np.full((rows, 3), 0.3), np.ones(3)] for rows in (1, 2, 8, 30)]
+
+
+@pytest.mark.parametrize("mode", ["JAX", "JAX_GPU"])
+@pytest.mark.parametrize("family", [_fibonacci_until, _accumulate_until], ids=["mit-sot+nit-sot", "over a sequence"])
+def test_bounded_traces_match_pytensor_through_their_consumers(family, mode):
+    inputs, graphs, cases = family()
+    for name, output in graphs.items():
+        fn = pytensor.function(inputs, output, mode=mode)
+        reference = pytensor.function(inputs, output, mode="FAST_COMPILE")
+        assert isinstance(fn.vm.jit_fn, jax.stages.Wrapped), f"{name}: expected no step specialisation"
+        for values in cases:
+            np.testing.assert_allclose(np.asarray(fn(*values)), reference(*values), rtol=1e-12, err_msg=name)

@@ -68,6 +68,19 @@ def value_of(value):
     return value
 
 
+def as_kind(value, kind: Kind):
+    """``value`` in the form its plan declared: a length may turn out static while tracing."""
+    if kind == "array" and not isinstance(value, Bounded):
+        value = jnp.asarray(value)
+        return Bounded(value, value.shape[0])
+    if kind == "int" and not isinstance(value, BoundedInt):
+        if isinstance(value, jax.core.Tracer):
+            raise NotImplementedError("a length known only at run time has no bounds")
+        concrete = int(np.asarray(value))
+        return BoundedInt(value, concrete, concrete)
+    return value
+
+
 def as_output(value, static_length: int | None):
     """A graph output: plain values pass, bounded ones are cut to the static length their type declares."""
     if isinstance(value, BoundedInt):
@@ -154,6 +167,9 @@ def _elemwise(op: Elemwise, node, input_kinds, **kwargs) -> BoundedLowering:
         if any(length != 1 for length in plain_lengths):
             raise NotImplementedError(f"{op}: a run-time length meets an input of another length")
         return _array_elemwise(fn), ("array",) * len(node.outputs)
+    if any(np.dtype(output.type.dtype).kind not in "iub" for output in node.outputs):
+        # A value computed from a length (a mean's divisor) is no length: it needs no bounds.
+        return (lambda *inputs: fn(*(value_of(x) for x in inputs))), (None,) * len(node.outputs)
     return _integer_elemwise(op, fn), ("int",) * len(node.outputs)
 
 

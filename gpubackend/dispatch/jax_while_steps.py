@@ -34,7 +34,7 @@ import jax
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.scan.op import Scan
 
-from gpubackend.dispatch.jax_bounded import Kind, as_output, bounded_jax_funcify
+from gpubackend.dispatch.jax_bounded import Kind, as_kind, as_output, bounded_jax_funcify
 from gpubackend.dispatch.jax_scan import data_dependent_length_error, possibly_trimmed_traces, specialised_while_scan
 
 
@@ -74,14 +74,25 @@ def plan_trimmed_traces(fgraph, **kwargs) -> BoundedPlan | StepCountsNeeded | No
         if node not in trimmed and not any(input_kinds):
             continue
         try:
-            lowerings[node], output_kinds = bounded_jax_funcify(node.op, node, input_kinds, **kwargs)
+            lowering, output_kinds = bounded_jax_funcify(node.op, node, input_kinds, **kwargs)
         except NotImplementedError as error:
             return StepCountsNeeded(tuple(trimmed), str(error))
+        lowerings[node] = _in_declared_kinds(lowering, output_kinds)
         kinds.update((output, kind) for output, kind in zip(node.outputs, output_kinds, strict=True) if kind)
     for output in fgraph.outputs:
         if kinds.get(output) == "array" and output.type.shape[0] is None:
             return StepCountsNeeded(tuple(trimmed), f"output {output} has the length of a while-Scan trace")
     return BoundedPlan(lowerings, tuple(kinds.get(output) for output in fgraph.outputs))
+
+
+def _in_declared_kinds(lowering: Callable, output_kinds: tuple[Kind, ...]) -> Callable:
+    def conforming(*inputs):
+        outputs = lowering(*inputs)
+        if len(output_kinds) == 1:
+            return as_kind(outputs, output_kinds[0])
+        return [as_kind(value, kind) for value, kind in zip(outputs, output_kinds, strict=True)]
+
+    return conforming
 
 
 @dataclass(frozen=True)
