@@ -197,7 +197,7 @@ def _scan_loop(op: Scan, *, jax_differentiable: bool = True, **kwargs) -> Callab
             step, _, mit_mot_bufs, tap_bufs, nit_bufs, untraced_values = carry
             mit_mot_outs, tap_outs, nit_outs, untraced_outs, stop = step_outputs(step, mit_mot_bufs, tap_bufs, untraced_values)
             mit_mot_bufs = [
-                buffer.at[step + np.asarray(out_taps)].set(jnp.stack([jnp.asarray(v, buffer.dtype) for v in values]))
+                _written_at_taps(buffer, step, out_taps, values)
                 for buffer, values, out_taps in zip(mit_mot_bufs, mit_mot_outs, mit_mot_out, strict=True)
             ]
             tap_bufs = [
@@ -223,6 +223,13 @@ def _scan_loop(op: Scan, *, jax_differentiable: bool = True, **kwargs) -> Callab
         return LoopResult(n_steps, steps_taken, list(zip(mit_mot_final, mit_mot_sizes, strict=True)), traces, untraced_final)
 
     return run
+
+
+def _written_at_taps(buffer: jax.Array, step, taps: Sequence[int], values: Sequence) -> jax.Array:
+    # One scalar-indexed write per tap is a dynamic-update-slice, which XLA does in place in a loop.
+    for tap, value in zip(taps, values, strict=True):
+        buffer = buffer.at[step + tap].set(jnp.asarray(value, buffer.dtype))
+    return buffer
 
 
 def _while_loop(keep_going: Callable, body: Callable, init, max_steps: int | None):
