@@ -9,7 +9,6 @@ from pytensor.link.basic import Container
 from pytensor.link.jax.linker import JAXLinker
 
 from gpubackend.devices import DeviceSpec, check_device_spec, resolve_device
-from gpubackend.dispatch.jax_while_steps import WHILE_STEPS_KEY, StepSpecialisedFunction, WhileStepSpecialisation
 from gpubackend.registration import DispatchName
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ class DispatchingJAXLinker(JAXLinker):
         # JAXLinker.fgraph_convert copies shared RNG inputs and finds the scalar
         # shape inputs, then lowers with the global registry. Given no node to
         # lower (order=()) it does only the former; the nodes are lowered here.
-        super().fgraph_convert(fgraph, order=(), input_storage=input_storage, storage_map=storage_map, **kwargs)
+        super().fgraph_convert(fgraph, order=(), input_storage=input_storage, storage_map=storage_map)
         return DISPATCHERS[self.dispatch_name](
             fgraph, order=order, input_storage=input_storage, storage_map=storage_map, **kwargs
         )
@@ -62,8 +61,9 @@ class JAXGPULinker(DispatchingJAXLinker):
     - shared variables are uploaded once and stay resident;
     - buffers of updated shared variables are donated, so XLA updates in place;
     - outputs are committed to the device;
-    - the trace of a while-Scan gets its data-dependent length: the function is
-      specialised on the step counts taken (`StepSpecialisedFunction`).
+    - an output whose length is a while-Scan's step count gets it: the function
+      is specialised on the step counts taken (`StepSpecialisedFunction`, one
+      explicit read per call); every other while-Scan graph makes no read.
     """
 
     def __init__(
@@ -82,7 +82,6 @@ class JAXGPULinker(DispatchingJAXLinker):
         self.device_spec = device
         self.devices_spec = devices
         self.shard = dict(shard or {})
-        self.while_steps: WhileStepSpecialisation | None = None
         super().__init__("gpubackend", **kwargs)
 
     def make_all(self, input_storage=None, output_storage=None, storage_map=None):
@@ -121,13 +120,8 @@ class JAXGPULinker(DispatchingJAXLinker):
         return Container(container_type, container.storage, name=variable.name)
 
     def fgraph_convert(self, fgraph, **kwargs):
-        self.while_steps = WhileStepSpecialisation.of(fgraph)
-        if self.while_steps is not None:
-            kwargs[WHILE_STEPS_KEY] = self.while_steps
-        graph_fn = super().fgraph_convert(fgraph, **kwargs)
-        if self.while_steps is None:
-            return graph_fn
-        return self.while_steps.returning_step_counts(graph_fn)
+        # The jitted graph serves PyTensor's calls only: JAX never differentiates it.
+        return super().fgraph_convert(fgraph, step_counts=True, jax_differentiable=False, **kwargs)
 
     def create_thunk_inputs(self, storage_map):
         from gpubackend.device_inputs import ResidentSharedCell
@@ -154,23 +148,23 @@ class JAXGPULinker(DispatchingJAXLinker):
     def jit_compile(self, fn):
         import jax
 
-        # A call runs again when a while-Scan stops after a new number of steps,
-        # so its inputs must survive the first run: nothing is donated then.
-        donated = [] if self.while_steps else sorted(set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs))
+        from gpubackend.dispatch.jax_while_steps import StepCountedGraph, StepSpecialisedFunction
 
-        def new_jit():
-            # A fresh function object per specialisation: jax.jit caches traces per function.
-            def graph(*args):
-                return fn(*args)
-
-            return jax.jit(
-                graph,
-                static_argnums=self.scalar_shape_inputs,
-                donate_argnums=donated,
+        if isinstance(fn, StepCountedGraph):
+            # A call runs again when a while-Scan stops after a new number of
+            # steps, so its inputs must survive the first run: nothing is donated.
+            jitted = jax.jit(
+                fn.fn,
+                static_argnums=(0, *(position + 1 for position in self.scalar_shape_inputs)),
                 out_shardings=self.placement.output_sharding,
             )
-
-        return new_jit() if self.while_steps is None else StepSpecialisedFunction(self.while_steps, new_jit)
+            return StepSpecialisedFunction(jitted, len(fn.nodes))
+        return jax.jit(
+            fn,
+            static_argnums=self.scalar_shape_inputs,
+            donate_argnums=sorted(set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs)),
+            out_shardings=self.placement.output_sharding,
+        )
 
     def __repr__(self) -> str:
         if self.devices_spec is not None:

@@ -44,7 +44,7 @@ def test_json_round_trips_with_environment_summary_and_results(report, tmp_path)
     assert data["environment"]["label"] == "leg"
     assert data["summary"]["total"] == {PASS: 1, FAIL: 1, UNSUPPORTED: 1, OBJECT_MODE: 1, CRASH: 0}
     assert [r["case"] for r in data["results"]] == ["a_case", "b_case", "c_case", "d_case"]
-    assert {"name", "ok", "detail"} == set(data["results"][1]["checks"][1])
+    assert {"name", "ok", "detail", "host_reads"} == set(data["results"][1]["checks"][1])
     assert load_report(paths["json"]).to_json() == report.to_json()
 
 
@@ -66,6 +66,16 @@ def test_html_and_markdown_show_the_matrix_and_failing_details(report, tmp_path)
     assert "No JAX conversion &lt;Op&gt;" in page  # escaped detail
     markdown = paths["md"].read_text()
     assert "| b_case |" in markdown and "rewrite_free: link: 1 rewriter runs" in markdown
+
+
+def test_markdown_gives_host_reads_per_call_of_measured_cases(report, tmp_path):
+    measured = [CheckResult("resident", True, "1 explicit host reads per call", host_reads=1)]
+    report.results.append(CaseResult("e_case", "scan", "jax", "cpu:1", PASS, measured, runner="leg"))
+    report.results[0].checks.append(CheckResult("resident", True, "0 explicit host reads per call", host_reads=0))
+    markdown = write_reports(report, tmp_path)["md"].read_text()
+    assert "## Host reads per call" in markdown
+    assert "- leg jax @ cpu:1: 0 in 1 cases; 1 in e_case" in markdown
+    assert load_report(tmp_path / "conformance.json").results[-1].host_reads_per_call == 1
 
 
 def test_merge_labels_columns_by_runner(report, tmp_path):

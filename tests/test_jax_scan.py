@@ -5,6 +5,9 @@ checks that linking and calling neither rewrite nor compile PyTensor graphs and
 that the user's inner-graph ops are left untouched.
 """
 
+import subprocess
+import sys
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -156,3 +159,27 @@ def test_integer_input_used_as_a_length_specialises_the_compiled_function(mode):
         values = [np.asarray(steps), np.array([0.5, 2.0]), np.asarray(2)]
         for got, want in zip(fn(*values), reference_fn(*values), strict=True):
             np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+
+
+SECOND_ORDER_SCAN_GRADIENT = """
+import numpy as np, pytensor, pytensor.tensor as pt
+import gpubackend
+y, a, x0 = pt.vector("y"), pt.scalar("a"), pt.scalar("x0")
+xs = pytensor.scan(lambda y_t, x, a: a * x + y_t, sequences=[y], outputs_info=[x0],
+                   non_sequences=[a], return_updates=False)
+ga, gy = pytensor.grad(xs.sum(), [a, y])
+g2 = pytensor.grad(ga + gy.sum(), a)
+values = (np.ones(50), 0.9, 0.5)
+want = pytensor.function([y, a, x0], g2, mode="FAST_COMPILE")(*values)
+got = pytensor.function([y, a, x0], g2, mode={mode!r})(*values)
+np.testing.assert_allclose(np.asarray(got), want, rtol=1e-10)
+"""
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_second_order_scan_gradient_compiles_without_aborting_xla(mode):
+    """XLA aborted the process on the full-window scatter + reverse of this graph: run it in a child process."""
+    child = subprocess.run(
+        [sys.executable, "-c", SECOND_ORDER_SCAN_GRADIENT.format(mode=mode)], capture_output=True, text=True, timeout=300
+    )
+    assert child.returncode == 0, child.stderr[-2000:]

@@ -39,11 +39,6 @@ DRAWS, TUNE, CHAINS, SEED = 100, 100, 2, 20261123
 # find_MAP stops on scipy L-BFGS-B's default gradient tolerance (1e-5 on a unit-scale logp).
 MAP_ATOL = 1e-4
 
-WHILESCAN_PMAP = "needs the whilescan branch: while-Scan under numpyro's pmap of jax.grad (closure conversion)"
-WHILESCAN_TRACE_STOCK = (
-    "needs the whilescan branch: a while-Scan trace (or its PyTensor gradient) inside a stock JAX linker "
-    "(DataDependentLengthError)"
-)
 EQUINOX_PMAP = (
     "upstream: equinox 0.13.8 closure_convert compares ShapeDtypeStruct shardings; under jax 0.12's "
     "shard_map-based pmap the Jacobian operator's example arguments carry the pmap AbstractMesh and the "
@@ -54,22 +49,12 @@ BLACKJAX_PROGRESS_BAR = (
 )
 
 SOLVER_CASES = ("optimize_starts", "minimize_blockwise")
-WHILE_CASES = ("while_scan_last", "while_scan_trace")
-# Paths whose logp and gradient come from a stock JAX linker.
-STOCK_JAX_PATHS = ("numpyro_parallel", "numpyro_vectorized", "numpyro_sequential", "nutpie_jax_jax_gradient")
-PYTENSOR_GRADIENT_STOCK_JAX_PATHS = ("nutpie_jax_pytensor_gradient", "nutpie_JAX_GPU", "default_JAX_GPU")
 
 
 def expected_failure(case_name: str, path: str) -> str | None:
     """Why ``path`` cannot yet run ``case_name`` (None: it must pass)."""
     if path == "blackjax":
         return BLACKJAX_PROGRESS_BAR
-    if case_name == "while_scan_trace" and path in (*STOCK_JAX_PATHS, *PYTENSOR_GRADIENT_STOCK_JAX_PATHS):
-        return WHILESCAN_TRACE_STOCK
-    if case_name == "while_scan_last" and path in PYTENSOR_GRADIENT_STOCK_JAX_PATHS:
-        return WHILESCAN_TRACE_STOCK
-    if case_name in WHILE_CASES and path == "numpyro_parallel":
-        return WHILESCAN_PMAP
     if case_name in SOLVER_CASES and path == "numpyro_parallel":
         return EQUINOX_PMAP
     return None
@@ -257,19 +242,6 @@ LOGP_PATHS = {
     "stock_JAX_pytensor_grad": _pytensor_logp_dlogp("JAX"),  # nutpie gradient_backend="pytensor"
     "JAX_GPU": _pytensor_logp_dlogp("JAX_GPU"),  # pm.sample, find_MAP
 }
-LOGP_EXPECTED_FAILURES = {
-    ("while_scan_trace", "jaxified_jax_grad"): WHILESCAN_TRACE_STOCK,
-    ("while_scan_trace", "stock_JAX_pytensor_grad"): WHILESCAN_TRACE_STOCK,
-    ("while_scan_last", "stock_JAX_pytensor_grad"): WHILESCAN_TRACE_STOCK,
-}
-
-
-def _logp_cell(case_name: str, path: str):
-    reason = LOGP_EXPECTED_FAILURES.get((case_name, path))
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    return pytest.param(case_name, path, marks=marks, id=f"{case_name}-{path}")
-
-
 def fixed_points(m: pm.Model) -> list[dict[str, np.ndarray]]:
     """The initial point and two points moved off it, in the value (transformed) space."""
     start = m.initial_point()
@@ -282,7 +254,8 @@ def numba_logp_at_points(case_name: str) -> list[tuple[float, np.ndarray]]:
     return [(float(logp(point)), np.asarray(dlogp(point))) for point in fixed_points(model(case_name))]
 
 
-@pytest.mark.parametrize(("case_name", "path"), [_logp_cell(c, p) for c in CASES for p in LOGP_PATHS])
+@pytest.mark.parametrize("path", list(LOGP_PATHS))
+@pytest.mark.parametrize("case_name", list(CASES))
 def test_logp_and_gradient_match_numba(case_name: str, path: str) -> None:
     case, m = CASES[case_name], model(case_name, jax_gpu=path == "JAX_GPU")
     logp, dlogp = LOGP_PATHS[path](m)

@@ -43,7 +43,9 @@ class Case:
     independent problems (``None``: the input is shared by all of them); it is
     metadata for sharding, set where a case naturally has a batch axis.
     ``inplace_opportunity`` marks inner graphs with internal buffers that a
-    backend baking inplace (Numba) should destroy.
+    backend baking inplace (Numba) should destroy. ``host_reads`` is the number
+    of explicit device-to-host reads a warm call may make on a device-resident
+    backend (the step counts of a while-Scan whose trace is an output).
     """
 
     name: str
@@ -51,6 +53,7 @@ class Case:
     build: Callable[[], CaseGraph] = field(repr=False, compare=False)
     batch_axes: tuple[int | None, ...] | None = None
     inplace_opportunity: bool = False
+    host_reads: int = 0
 
 
 CATALOGUE: dict[str, Case] = {}
@@ -61,6 +64,7 @@ def register_case(
     *,
     batch_axes: tuple[int | None, ...] | None = None,
     inplace_opportunity: bool = False,
+    host_reads: int = 0,
 ) -> Callable[[Callable[[], CaseGraph]], Callable[[], CaseGraph]]:
     """Add a builder to `CATALOGUE` under its function name (without a leading ``case_``)."""
 
@@ -68,7 +72,7 @@ def register_case(
         case_name = build.__name__.removeprefix("case_")
         if case_name in CATALOGUE:
             raise ValueError(f"Conformance case {case_name!r} is registered twice")
-        CATALOGUE[case_name] = Case(case_name, family, build, batch_axes, inplace_opportunity)
+        CATALOGUE[case_name] = Case(case_name, family, build, batch_axes, inplace_opportunity, host_reads)
         return build
 
     return decorator
@@ -124,8 +128,8 @@ def case_scan_sit_sot() -> CaseGraph:
     return CaseGraph(inputs, [states], values, [_tanh_recurrence_states(*values)])
 
 
-@register_case("scan", batch_axes=(1, None))
-def case_scan_mit_sot_taps() -> CaseGraph:
+def _two_tap_recurrence() -> tuple[Variable, Variable, Variable]:
+    """``x_t = a * x_{t-1} + x_{t-2}`` for 6 steps: the inputs ``init`` (2 rows) and ``a``, and every state."""
     init, a = pt.matrix("init"), pt.scalar("a")
     seq = _scan(
         lambda x_tm2, x_tm1, a: a * x_tm1 + x_tm2,
@@ -133,6 +137,12 @@ def case_scan_mit_sot_taps() -> CaseGraph:
         non_sequences=[a],
         n_steps=6,
     )
+    return init, a, seq
+
+
+@register_case("scan", batch_axes=(1, None))
+def case_scan_mit_sot_taps() -> CaseGraph:
+    init, a, seq = _two_tap_recurrence()
     rng = _rng(1)
     init_v, a_v = _floats(rng, 2, 3), np.asarray(0.5)
     history = list(init_v)
@@ -156,6 +166,26 @@ def case_scan_grad_mit_mot() -> CaseGraph:
     return CaseGraph(inputs, grads, _tanh_recurrence_values(3, 0.7))
 
 
+def _second_order_grads(cost: Variable, first: list[Variable], second: list[Variable]) -> list[Variable]:
+    """Gradients of the summed first-order gradients: they differentiate the gradient Scan (mit-mot) again."""
+    summed = pt.add(*(grad.sum() for grad in pytensor.grad(cost, first)))
+    return pytensor.grad(summed, second)
+
+
+@register_case("scan")
+def case_scan_sit_sot_second_order_grad() -> CaseGraph:
+    inputs, states = _tanh_recurrence()
+    xs, h0, w = inputs
+    return CaseGraph(inputs, _second_order_grads((states**2).sum(), [w, xs], [w, h0]), _tanh_recurrence_values(7, 0.7))
+
+
+@register_case("scan")
+def case_scan_mit_sot_second_order_grad() -> CaseGraph:
+    init, a, seq = _two_tap_recurrence()
+    grads = _second_order_grads((seq**2).sum(), [a, init], [a, init])
+    return CaseGraph([init, a], grads, [_floats(_rng(8), 2, 3), np.asarray(0.5)])
+
+
 def _doubling_until(x0: Variable, limit: Variable) -> Variable:
     def double_until(x, limit):
         doubled = x * 2
@@ -171,7 +201,7 @@ def _doubling_reference(x0: float, limit: float) -> np.ndarray:
     return np.asarray(trace)
 
 
-@register_case("scan")
+@register_case("scan", host_reads=1)
 def case_scan_while_until() -> CaseGraph:
     x0, limit = pt.scalar("x0"), pt.scalar("limit")
     x0_v, limit_v = np.asarray(0.3), np.asarray(10.0)

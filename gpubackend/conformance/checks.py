@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache, partial
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytensor
 from pytensor.compile.executor import Function
@@ -101,8 +106,11 @@ def resident_inputs(fn: Function, values: Sequence, device: jax.Device) -> list:
     ]
 
 
-def check_resident(fn: Function, graph: CaseGraph, device_spec: str, outputs: Sequence) -> CheckResult:
-    """Outputs are on the target device, and a warm call with resident inputs transfers nothing."""
+def check_resident(
+    fn: Function, graph: CaseGraph, device_spec: str, outputs: Sequence, declared_reads: int = 0
+) -> CheckResult:
+    """Outputs are on the target device, and a warm call with resident inputs uploads nothing and
+    reads from the device exactly the ``declared_reads`` explicit times (``jax.device_get``), never implicitly."""
     device = resolve_device(device_spec)
     misplaced = [
         position
@@ -113,11 +121,109 @@ def check_resident(fn: Function, graph: CaseGraph, device_spec: str, outputs: Se
         return CheckResult("resident", False, f"outputs {misplaced} are not jax.Arrays on {device}")
     inputs = resident_inputs(fn, graph.values, device)
     try:
-        with jax.transfer_guard("disallow_explicit"):
-            fn(*inputs)
+        reads = count_host_reads(fn, inputs, device)
     except Exception as error:  # noqa: BLE001 - any failure under the guard is the finding
         return CheckResult("resident", False, f"warm call under transfer guard: {error_summary(error)}")
-    return CheckResult("resident", True, f"outputs on {device}; warm resident call made no transfer")
+    figure = f"{reads.explicit} explicit host reads per call (declared {declared_reads}; {reads.method})"
+    if reads.implicit:
+        return CheckResult("resident", False, f"an implicit device-to-host read: {reads.implicit}; {figure}", reads.explicit)
+    ok = reads.explicit == declared_reads
+    return CheckResult("resident", ok, f"outputs on {device}; no upload; {figure}", reads.explicit)
+
+
+@dataclass(frozen=True)
+class HostReads:
+    """Device-to-host reads seen in one call: explicit ones counted, implicit ones described (empty: none)."""
+
+    explicit: int
+    implicit: str
+    method: str
+
+
+def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> HostReads:
+    """Call ``fn`` once under transfer guards, counting its reads from the device.
+
+    Explicit reads are the calls to ``jax.device_get``. Implicit ones
+    (``np.asarray``, ``int()``, ``bool()`` of a device array) are refused by
+    JAX's device-to-host guard on accelerators, but it does not see them on
+    CPU devices. There the call's device inputs are first made to wait on a
+    device computation of about `_GATE_TARGET_SECONDS`: JAX dispatches
+    asynchronously, so a call that makes no read returns while its inputs are
+    still pending, and one that returns with them ready, having made no
+    explicit read, read implicitly.
+    """
+    timed = device.platform == "cpu"
+    if timed:
+        inputs = [_gated(value) if isinstance(value, jax.Array) else value for value in inputs]
+    gates = [value for value in inputs if isinstance(value, jax.Array)]
+    with (
+        jax.transfer_guard_host_to_device("disallow_explicit"),
+        jax.transfer_guard_device_to_device("disallow_explicit"),
+        jax.transfer_guard_device_to_host("disallow"),
+        _counting_device_gets() as explicit,
+    ):
+        started = time.perf_counter()
+        outputs = fn(*inputs)
+        returned = time.perf_counter() - started
+        # A read of anything computed from the inputs had to wait for them.
+        waited = bool(gates) and all(gate.is_ready() for gate in gates)
+    jax.block_until_ready(outputs)
+    if not timed:
+        return HostReads(explicit[0], "", "transfer guard")
+    method = f"returned after {returned * 1e3:.0f} ms, its inputs {'ready' if waited else 'still pending'}"
+    if waited and not explicit[0]:
+        return HostReads(0, f"the call waited for its inputs' values ({method})", method)
+    return HostReads(explicit[0], "", method)
+
+
+@contextmanager
+def _counting_device_gets() -> Iterator[list[int]]:
+    """Count ``jax.device_get`` calls (the only explicit read the backend makes) while the block runs."""
+    original = jax.device_get
+    count = [0]
+
+    def counted(tree):
+        count[0] += 1
+        return original(tree)
+
+    jax.device_get = counted
+    try:
+        yield count
+    finally:
+        jax.device_get = original
+
+
+# The wait must dwarf a call's own dispatch time, also on a loaded machine.
+_GATE_TARGET_SECONDS = 0.25
+_GATE_PROBE_ROUNDS = 16
+
+
+@partial(jax.jit, static_argnums=1)
+def _wait_then_pass(value: jax.Array, rounds: int) -> jax.Array:
+    """``value``, available only after ``rounds`` dense products on its device."""
+    matrix = jnp.eye(256, dtype=jnp.float32) * 0.5
+    spun = jax.lax.fori_loop(0, rounds, lambda _, a: jnp.tanh(a @ matrix), matrix)
+    return value + (spun[0, 0] * 0).astype(value.dtype)
+
+
+def _gated(value: jax.Array) -> jax.Array:
+    return _wait_then_pass(value, _gate_rounds(next(iter(value.devices()))))
+
+
+@lru_cache(maxsize=None)
+def _gate_rounds(device: jax.Device) -> int:
+    """Rounds of the wait that take about `_GATE_TARGET_SECONDS` on ``device``."""
+    probe = jax.device_put(np.zeros((), np.float32), device)
+    rounds = _GATE_PROBE_ROUNDS
+    for _ in range(2):
+        jax.block_until_ready(_wait_then_pass(probe, rounds))
+        started = time.perf_counter()
+        jax.block_until_ready(_wait_then_pass(probe, rounds))
+        seconds = time.perf_counter() - started
+        if seconds >= _GATE_TARGET_SECONDS / 2:
+            break
+        rounds = max(rounds + 1, int(rounds * _GATE_TARGET_SECONDS / max(seconds, 1e-4)))
+    return rounds
 
 
 def error_summary(error: BaseException) -> str:

@@ -134,6 +134,7 @@ def to_markdown(report: Report) -> str:
         lines.append(f"| {case} | " + " | ".join(row) + " |")
     per_column = report.summary()["per_column"]
     lines.append("| **total** | " + " | ".join(_counts_text(per_column[c]) for c in columns) + " |")
+    lines += _host_reads_lines(report)
     details = [result for result in report.results if result.status != PASS]
     if details:
         lines += ["", "## Not passing", ""]
@@ -142,6 +143,24 @@ def to_markdown(report: Report) -> str:
             if r.log_tail:
                 lines += ["", "  ```text", *(f"  {line}" for line in r.log_tail.splitlines()), "  ```", ""]
     return "\n".join(lines) + "\n"
+
+
+def _host_reads_lines(report: Report) -> list[str]:
+    """Per column of device-resident results: explicit device-to-host reads per warm call, by count."""
+    per_column: dict[str, dict[int, list[str]]] = {}
+    for result in report.results:
+        if (reads := result.host_reads_per_call) is not None:
+            per_column.setdefault(result.column, {}).setdefault(reads, []).append(result.case)
+    if not per_column:
+        return []
+    lines = ["", "## Host reads per call", ""]
+    for column, by_count in per_column.items():
+        parts = [
+            f"{count} in {len(cases)} cases" if count == 0 else f"{count} in {', '.join(cases)}"
+            for count, cases in sorted(by_count.items())
+        ]
+        lines.append(f"- {column}: " + "; ".join(parts))
+    return lines
 
 
 _CSS = """

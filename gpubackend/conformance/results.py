@@ -21,6 +21,7 @@ class CheckResult:
     name: str
     ok: bool
     detail: str
+    host_reads: int | None = None  # the `resident` check's explicit device-to-host reads per call
 
 
 @dataclass
@@ -43,6 +44,11 @@ class CaseResult:
         """The matrix column: runner label (when set), backend and device."""
         prefix = f"{self.runner} " if self.runner else ""
         return f"{prefix}{self.backend} @ {self.device}"
+
+    @property
+    def host_reads_per_call(self) -> int | None:
+        """Explicit device-to-host reads per warm call, where the case was measured (JAX backends)."""
+        return next((check.host_reads for check in self.checks if check.host_reads is not None), None)
 
     @property
     def failed_checks(self) -> list[CheckResult]:

@@ -111,7 +111,7 @@ def _compile_call_and_check(prepared: PreparedCase, backend: Backend, device: st
                     second_raw = fn(*graph.values)
                     second = host_copy(second_raw)
                     resident = (
-                        guarded("resident", lambda: check_resident(fn, graph, device, second_raw))
+                        guarded("resident", lambda: check_resident(fn, graph, device, second_raw, case.host_reads))
                         if backend.device_resident
                         else None
                     )

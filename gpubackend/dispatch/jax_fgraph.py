@@ -13,6 +13,11 @@ concrete: it is evaluated at trace time, so each length is a Python value that
 A new length means a new input shape, hence a new trace; a stale length can
 never be reused. Nodes that see a tracer are staged as usual.
 
+A graph with a while-Scan whose trace PyTensor may trim to the steps taken is
+lowered by the plan `jax_while_steps` makes for it: bounded buffers where every
+output has a static shape, else (for a linker passing ``step_counts=True``) a
+`StepCountedGraph` specialised on step counts, else `DataDependentLengthError`.
+
 It also starts the memo that `jax_ofg` threads through one lowering, and it
 returns every output with the dtype of the graph's type: some stock lowerings
 return their accumulator dtype (a float32 ``Sum`` with ``acc_dtype=float64``
@@ -36,10 +41,20 @@ from pytensor.link.jax.dispatch.basic import jax_typify
 from pytensor.link.utils import fgraph_to_python
 
 from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax_while_steps import (
+    BoundedPlan,
+    StepCountedGraph,
+    bounded_graph,
+    plan_trimmed_traces,
+    refuse,
+    step_counted_graph,
+)
 
 OFG_MEMO_KEY = "gpubackend_ofg_memo"
 
 _SHAPE_DTYPE_KINDS = frozenset("iub")
+
+_GRAPH_ONLY_KWARGS = frozenset({"order", "squeeze_output", "global_env", "local_env", "get_name_for_object"})
 
 
 def _is_shape_arithmetic(node: Apply) -> bool:
@@ -73,17 +88,42 @@ def _funcify_node(op, node: Apply | None = None, **kwargs) -> Callable:
 
 @replaces(FunctionGraph, FrozenFunctionGraph)
 def jax_funcify_FunctionGraph(
-    fgraph, node=None, fgraph_name: str = "jax_funcified_fgraph", **kwargs: Any
-) -> Callable:
+    fgraph, node=None, fgraph_name: str = "jax_funcified_fgraph", step_counts: bool = False, **kwargs: Any
+) -> Callable | StepCountedGraph:
+    """The graph's function; with ``step_counts`` (a linker that can specialise on them), maybe a `StepCountedGraph`."""
     kwargs.setdefault(OFG_MEMO_KEY, {})
-    graph_fn = fgraph_to_python(
-        fgraph,
-        _funcify_node,
-        type_conversion_fn=jax_typify,
-        fgraph_name=fgraph_name,
-        **kwargs,
-    )
-    return _with_graph_dtypes(graph_fn, fgraph.outputs, squeezed=kwargs.get("squeeze_output", False) and len(fgraph.outputs) == 1)
+    squeezed = kwargs.get("squeeze_output", False) and len(fgraph.outputs) == 1
+    # What fgraph_to_python hands each node's lowering: everything but its own parameters.
+    node_kwargs = {key: value for key, value in kwargs.items() if key not in _GRAPH_ONLY_KWARGS}
+    plan = plan_trimmed_traces(fgraph, **node_kwargs)
+    if plan is None:
+        graph_fn = fgraph_to_python(
+            fgraph,
+            _funcify_node,
+            type_conversion_fn=jax_typify,
+            fgraph_name=fgraph_name,
+            **kwargs,
+        )
+        return _with_graph_dtypes(graph_fn, fgraph.outputs, squeezed)
+
+    def default_fn(node: Apply) -> Callable:
+        return _funcify_node(node.op, node=node, **node_kwargs)
+
+    def constant(value):
+        return jax_typify(value.data, variable=value)
+
+    if isinstance(plan, BoundedPlan):
+        return _with_graph_dtypes(bounded_graph(fgraph, plan, default_fn, constant, squeezed), fgraph.outputs, squeezed)
+    if not step_counts:
+        refuse(plan)
+    counted = step_counted_graph(fgraph, plan, default_fn, constant, squeezed, **node_kwargs)
+    typed = _with_graph_dtypes(lambda outputs: outputs, fgraph.outputs, squeezed)
+
+    def typed_with_counts(assumed_steps, *inputs):
+        outputs, counts = counted.fn(assumed_steps, *inputs)
+        return typed(outputs), counts
+
+    return StepCountedGraph(typed_with_counts, counted.nodes)
 
 
 def _with_graph_dtypes(graph_fn: Callable, outputs, squeezed: bool) -> Callable:

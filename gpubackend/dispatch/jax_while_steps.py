@@ -1,98 +1,193 @@
-"""Specialising a jitted graph on the number of steps its while-Scans take.
+"""How one graph lowers the while-Scan traces whose length depends on the data.
 
-PyTensor trims a while-Scan's trace to the steps actually taken, so its length
-depends on the data, and ``jax.jit`` can only return shapes fixed at trace
-time. A linker that owns the call (JAX_GPU) can still give the exact answer:
+PyTensor trims a while-Scan's trace to the steps actually taken, and
+``jax.jit`` can only return shapes fixed at trace time. `plan_trimmed_traces`
+looks at the graph once, at lowering time, and picks:
 
-- the lowering of each top-level while-Scan whose trace PyTensor would trim
-  reads an *assumed* step count at trace time (`WhileStepSpecialisation`; the
-  declared maximum at first) and trims to it statically, and the graph also
-  returns, per such Scan, the assumed and the actual count;
-- `StepSpecialisedFunction` checks them after each call. On a mismatch it
-  switches to (or compiles, once per distinct tuple of counts) the function
-  specialised on the actual counts and runs it again, so a wrong-length answer
-  is never returned. Repeated calls that stop after the same number of steps
-  run once.
+- `BoundedPlan`, when the trimmed traces only reach outputs of static shape
+  (``xs[-3]``, ``xs.sum()``, gradients through the loop): the traces and what
+  follows them are lowered by `jax_bounded` (maximum-length buffers plus their
+  lengths). No step count leaves the device; this works in any JAX linker.
+- otherwise (an output whose length is the step count, such as the full
+  trace, or an op with no length-aware lowering) the graph needs the step
+  counts on the host. A linker that owns the call (JAX_GPU) passes
+  ``step_counts=True`` and gets a `StepCountedGraph`: the graph, with one
+  static argument (the assumed step count of each such while-Scan, None for
+  its bound), returning the outputs and, per while-Scan, the steps taken and
+  whether they match. `StepSpecialisedFunction` calls it, reads those counts
+  with one explicit ``jax.device_get`` and runs it again on a mismatch.
+  Stock linkers get `DataDependentLengthError` at compile time.
 
-Stock ``mode="JAX"`` has no such linker, so there the lowering refuses these
-outputs with `DataDependentLengthError` at compile time.
+Nothing is shared between traces, calls or threads: the assumed counts are an
+argument of the traced function, the counts taken are its result, and the
+only state kept is the last counts seen (replaced whole, never mutated).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-from pytensor.graph.basic import Apply
+import jax
+from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.scan.op import Scan
 
-WHILE_STEPS_KEY = "gpubackend_while_steps"
+from gpubackend.dispatch.jax_bounded import Kind, as_kind, as_output, bounded_jax_funcify
+from gpubackend.dispatch.jax_scan import data_dependent_length_error, possibly_trimmed_traces, specialised_while_scan
 
 
-class WhileStepSpecialisation:
-    """Step counts assumed for the while-Scans directly in one graph, read when it is traced."""
+def trimmed_while_scans(fgraph) -> list[Apply]:
+    return [
+        node
+        for node in fgraph.toposort()
+        if isinstance(node.op, Scan) and node.op.info.as_while and any(possibly_trimmed_traces(node.op, node))
+    ]
 
-    def __init__(self, top_level_nodes: frozenset[Apply]):
-        self.top_level_nodes = top_level_nodes
-        self.assumed: dict[Apply, int] = {}
-        self.observed_nodes: list[Apply] = []
-        self._observed: list[tuple[int, Any]] = []
 
-    @classmethod
-    def of(cls, fgraph) -> WhileStepSpecialisation | None:
-        while_scans = frozenset(
-            node for node in fgraph.apply_nodes if isinstance(node.op, Scan) and node.op.info.as_while
-        )
-        return cls(while_scans) if while_scans else None
+@dataclass(frozen=True)
+class BoundedPlan:
+    """Length-aware lowerings for the nodes that see a run-time length, and the output kinds."""
 
-    def steps_to_assume(self, node: Apply, max_steps: int) -> int | None:
-        """The static step count to trim ``node``'s traces to, or None if it cannot be specialised."""
-        if node not in self.top_level_nodes:
-            return None
-        return self.assumed.get(node, max_steps)
+    lowerings: dict[Apply, Callable]
+    output_kinds: tuple[Kind, ...]
 
-    def observe(self, node: Apply, assumed: int, steps_taken) -> None:
-        self.observed_nodes.append(node)
-        self._observed.append((assumed, steps_taken))
 
-    def returning_step_counts(self, graph_fn: Callable) -> Callable:
-        def graph_and_step_counts(*args):
-            self.observed_nodes.clear()
-            self._observed.clear()
-            outputs = graph_fn(*args)
-            return outputs, tuple(self._observed)
+@dataclass(frozen=True)
+class StepCountsNeeded:
+    """The while-Scans to specialise on their step counts, and why the bounded lowering cannot serve."""
 
-        return graph_and_step_counts
+    nodes: tuple[Apply, ...]
+    reason: str
+
+
+def plan_trimmed_traces(fgraph, **kwargs) -> BoundedPlan | StepCountsNeeded | None:
+    """None when no while-Scan trace of the graph may be trimmed."""
+    trimmed = trimmed_while_scans(fgraph)
+    if not trimmed:
+        return None
+    kinds: dict[Variable, Kind] = {}
+    lowerings: dict[Apply, Callable] = {}
+    for node in fgraph.toposort():
+        input_kinds = tuple(kinds.get(value) for value in node.inputs)
+        if node not in trimmed and not any(input_kinds):
+            continue
+        try:
+            lowering, output_kinds = bounded_jax_funcify(node.op, node, input_kinds, **kwargs)
+        except NotImplementedError as error:
+            return StepCountsNeeded(tuple(trimmed), str(error))
+        lowerings[node] = _in_declared_kinds(lowering, output_kinds)
+        kinds.update((output, kind) for output, kind in zip(node.outputs, output_kinds, strict=True) if kind)
+    for output in fgraph.outputs:
+        if kinds.get(output) == "array" and output.type.shape[0] is None:
+            return StepCountsNeeded(tuple(trimmed), f"output {output} has the length of a while-Scan trace")
+    return BoundedPlan(lowerings, tuple(kinds.get(output) for output in fgraph.outputs))
+
+
+def _in_declared_kinds(lowering: Callable, output_kinds: tuple[Kind, ...]) -> Callable:
+    def conforming(*inputs):
+        outputs = lowering(*inputs)
+        if len(output_kinds) == 1:
+            return as_kind(outputs, output_kinds[0])
+        return [as_kind(value, kind) for value, kind in zip(outputs, output_kinds, strict=True)]
+
+    return conforming
+
+
+@dataclass(frozen=True)
+class StepCountedGraph:
+    """``fn(assumed_steps, *inputs) -> (outputs, ((steps_taken, matched), ...))``, one entry per node."""
+
+    fn: Callable
+    nodes: tuple[Apply, ...]
+
+
+def interpreted_graph(
+    fgraph,
+    node_fn: Callable[[Apply], Callable],
+    constant: Callable[[Constant], Any],
+    squeeze_output: bool,
+    finish: Callable[[list], list] = lambda outputs: outputs,
+) -> Callable:
+    """The graph as a Python function calling each node's lowering in order (values may be bounded)."""
+    order = fgraph.toposort()
+    fns = [node_fn(node) for node in order]
+    constants = {value: constant(value) for node in order for value in node.inputs if isinstance(value, Constant)}
+    constants.update((value, constant(value)) for value in fgraph.outputs if isinstance(value, Constant))
+
+    def run(*inputs, call_kwargs: Mapping[Apply, dict] = MappingProxyType({})):
+        values: dict[Variable, Any] = {**constants, **dict(zip(fgraph.inputs, inputs, strict=True))}
+        extras = []
+        for node, fn in zip(order, fns, strict=True):
+            outputs = fn(*(values[value] for value in node.inputs), **call_kwargs.get(node, {}))
+            if node in call_kwargs:
+                outputs, *extra = outputs
+                extras.append(tuple(extra))
+            outputs = [outputs] if len(node.outputs) == 1 else outputs
+            values.update(zip(node.outputs, outputs, strict=True))
+        results = finish([values[output] for output in fgraph.outputs])
+        results = results[0] if squeeze_output and len(results) == 1 else results
+        return (results, tuple(extras)) if call_kwargs else results
+
+    return run
+
+
+def bounded_graph(fgraph, plan: BoundedPlan, default_fn: Callable[[Apply], Callable], constant, squeeze_output: bool):
+    def finish(outputs: list) -> list:
+        return [
+            as_output(value, None if kind != "array" else output.type.shape[0])
+            for value, kind, output in zip(outputs, plan.output_kinds, fgraph.outputs, strict=True)
+        ]
+
+    return interpreted_graph(fgraph, lambda node: plan.lowerings.get(node) or default_fn(node), constant, squeeze_output, finish)
+
+
+def step_counted_graph(
+    fgraph, plan: StepCountsNeeded, default_fn: Callable[[Apply], Callable], constant, squeeze_output: bool, **kwargs
+) -> StepCountedGraph:
+    specialised = {node: specialised_while_scan(node.op, node, **kwargs) for node in plan.nodes}
+    graph = interpreted_graph(fgraph, lambda node: specialised.get(node) or default_fn(node), constant, squeeze_output)
+
+    def graph_with_step_counts(assumed_steps: tuple[int | None, ...], *inputs):
+        call_kwargs = {node: {"assumed_steps": steps} for node, steps in zip(plan.nodes, assumed_steps, strict=True)}
+        return graph(*inputs, call_kwargs=call_kwargs)
+
+    return StepCountedGraph(graph_with_step_counts, plan.nodes)
+
+
+def refuse(plan: StepCountsNeeded):
+    node = plan.nodes[0]
+    raise data_dependent_length_error(node.op, f"its trace reaches the graph's result ({plan.reason})")
 
 
 class StepSpecialisedFunction:
-    """Call the jitted graph specialised on the step counts that the data actually produce."""
+    """Call a jitted `StepCountedGraph` specialised on the step counts that the data actually produce.
 
-    def __init__(self, specialisation: WhileStepSpecialisation, new_jit: Callable[[], Callable]):
-        self._specialisation = specialisation
-        self._new_jit = new_jit
-        self._compiled: dict[frozenset, Callable] = {}
-        self._current_key: frozenset = frozenset()
+    Each call makes one explicit device-to-host read (all step counts in one
+    ``jax.device_get``). A call whose counts match the last call's runs the
+    graph once; otherwise it runs again specialised on the new counts (one
+    compile per distinct tuple of counts, cached by ``jax.jit``), so a
+    wrong-length answer is never returned.
+    """
 
-    def _run(self, key: frozenset, args) -> tuple[Any, dict[Apply, int], bool]:
-        if key not in self._compiled:
-            self._compiled[key] = self._new_jit()
-        self._specialisation.assumed = dict(key)
-        outputs, counts = self._compiled[key](*args)
-        taken = {
-            node: int(np.asarray(steps_taken))
-            for node, (_, steps_taken) in zip(self._specialisation.observed_nodes, counts, strict=True)
-        }
-        matched = all(int(np.asarray(assumed)) == taken[node] for node, (assumed, _) in zip(self._specialisation.observed_nodes, counts, strict=True))
-        return outputs, taken, matched
+    def __init__(self, jitted: Callable, n_while_scans: int):
+        self._jitted = jitted
+        self._assumed: tuple[int | None, ...] = (None,) * n_while_scans
 
     def __call__(self, *args):
-        outputs, taken, matched = self._run(self._current_key, args)
-        if matched:
+        assumed = self._assumed
+        outputs, counts = self._jitted(assumed, *args)
+        taken, matched = self._read(counts)
+        if all(matched):
             return outputs
-        self._current_key = frozenset(taken.items())
-        outputs, _, matched = self._run(self._current_key, args)
-        if not matched:
+        self._assumed = taken
+        outputs, counts = self._jitted(taken, *args)
+        if not all(self._read(counts)[1]):
             raise RuntimeError("while-Scan step counts changed between two runs on the same inputs")
         return outputs
+
+    @staticmethod
+    def _read(counts: Sequence[tuple[Any, Any]]) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+        host = jax.device_get(counts)
+        return tuple(int(steps) for steps, _ in host), tuple(bool(matched) for _, matched in host)
