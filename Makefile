@@ -35,9 +35,11 @@ conformance: $(STAMP)
 	$(PY) -m gpubackend conformance --backend numba jax --device cpu cpu:1 --label "cpu leg" --out $(REPORTS)/cpu
 
 # After `make test`, .ci/run runs this: the CPU leg's conformance run, the rehearsed
-# GPU leg, and the matrix that merges both, as the workflow's legs do.
+# GPU leg, and the matrix that merges both, as the workflow's legs do. The rehearsed
+# leg's test session would repeat `make test` exactly (same simulated devices and
+# target), so it is skipped there.
 ci-legs: conformance
-	ci/gpu/run.sh --simulate
+	ci/gpu/run.sh --simulate --no-pytest
 	$(PY) -m gpubackend conformance merge $(REPORTS)/cpu/conformance.json $(REPORTS)/gpu-simulated/conformance.json --out $(REPORTS)/matrix
 
 clean:

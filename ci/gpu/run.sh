@@ -9,22 +9,26 @@
 #                                building .venv; gpubackend is taken from this checkout
 #   ci/gpu/run.sh --simulate     the same steps on two simulated host devices (no CUDA install),
 #                                so the leg is rehearsed on machines without a GPU
+#   ci/gpu/run.sh --no-pytest    skip the test session (for .ci/run, whose `make test` has just run
+#                                the very same session: the same simulated devices and target)
 #
 # Reports land in $REPORTS (default reports/gpu, or reports/gpu-simulated).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 usage() {
-  echo "usage: ci/gpu/run.sh [--simulate] [--python PATH] [--cuda 12|13]" >&2
+  echo "usage: ci/gpu/run.sh [--simulate] [--python PATH] [--cuda 12|13] [--no-pytest]" >&2
   exit 2
 }
 
 simulate=false
+pytest=true
 python=""
 cuda=13
 while [ $# -gt 0 ]; do
   case "$1" in
     --simulate) simulate=true ;;
+    --no-pytest) pytest=false ;;
     --python) [ $# -ge 2 ] || usage; python=$2; shift ;;
     --cuda) [ $# -ge 2 ] && [[ "$2" =~ ^(12|13)$ ]] || usage; cuda=$2; shift ;;
     *) usage ;;
@@ -84,7 +88,9 @@ print("ci/gpu: JAX sees", ", ".join(map(str, gpus)))' || no_gpu "jax.devices('gp
 fi
 
 mkdir -p "$reports"
-"$py" -m pytest -n auto -p no:cacheprovider --junitxml="$reports/pytest.xml"
+if $pytest; then
+  "$py" -m pytest -n auto -p no:cacheprovider --junitxml="$reports/pytest.xml"
+fi
 device="$GPUBACKEND_DEVICE"
 "$py" -m gpubackend conformance --backend jax --device "$device" --label "$label" --out "$reports"
 
