@@ -16,8 +16,9 @@ def register_jax_lowerings() -> None:
     # The optimize ops are recorded by op type here; optimistix loads with the first one lowered.
     from gpubackend.dispatch import jax_assert, jax_blockwise, jax_fgraph, jax_ifelse, jax_ofg  # noqa: F401
     from gpubackend.dispatch import jax_optimize_registration, jax_scalar_loop, jax_scan, jax_shape, jax_subtensor  # noqa: F401
-    from gpubackend.dispatch.jax_replacements import register_globally
+    from gpubackend.dispatch.jax_replacements import keep_stock_lowerings, register_globally
 
+    keep_stock_lowerings()
     if registers_globally():
         register_globally()
 

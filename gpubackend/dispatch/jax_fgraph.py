@@ -95,7 +95,10 @@ def jax_funcify_FunctionGraph(
     squeezed = kwargs.get("squeeze_output", False) and len(fgraph.outputs) == 1
     # What fgraph_to_python hands each node's lowering: everything but its own parameters.
     node_kwargs = {key: value for key, value in kwargs.items() if key not in _GRAPH_ONLY_KWARGS}
-    plan = plan_trimmed_traces(fgraph, **node_kwargs)
+    # A linker that lowers the nodes through its own dispatcher first calls the
+    # registry with no node to lower (`DispatchingJAXLinker`): nothing to plan then.
+    lowers_no_node = kwargs.get("order") is not None and len(kwargs["order"]) == 0
+    plan = None if lowers_no_node else plan_trimmed_traces(fgraph, **node_kwargs)
     if plan is None:
         graph_fn = fgraph_to_python(
             fgraph,

@@ -42,24 +42,44 @@ def _jax_registry() -> Callable:
 
     return jax_funcify
 
+
 @dataclass(frozen=True)
 class Replacement:
     stock: Callable
     ours: Callable
 
 
+_OURS: dict[type, Callable] = {}
 REPLACED: dict[type, Replacement] = {}
+"""Filled by `keep_stock_lowerings` once PyTensor's JAX dispatch has loaded."""
 
 
 def replaces(*op_types: type) -> Callable[[Callable], Callable]:
-    """Record the decorated function as gpubackend's lowering of ``op_types``, keeping PyTensor's by reference."""
+    """Record the decorated function as gpubackend's lowering of ``op_types``.
+
+    Recording does not touch PyTensor's registry, so a lowering module can be
+    imported before PyTensor's JAX dispatch; the stock lowering it replaces is
+    kept by `keep_stock_lowerings`.
+    """
 
     def record(lowering: Callable) -> Callable:
         for op_type in op_types:
-            REPLACED[op_type] = Replacement(stock=_jax_registry().dispatch(op_type), ours=lowering)
+            _OURS[op_type] = lowering
         return lowering
 
     return record
+
+
+def keep_stock_lowerings() -> None:
+    """Keep, by reference, PyTensor's lowering of each op type gpubackend replaces.
+
+    Runs right after PyTensor's JAX dispatch has loaded (its registry is then
+    PyTensor's own) and gpubackend's lowering modules have been imported.
+    """
+    jax_funcify = _jax_registry()
+    for op_type, ours in _OURS.items():
+        if op_type not in REPLACED:
+            REPLACED[op_type] = Replacement(stock=jax_funcify.dispatch(op_type), ours=ours)
 
 
 def register_globally() -> None:
