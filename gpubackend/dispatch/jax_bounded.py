@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytensor.scalar as ps
+from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.basic import Alloc, AllocEmpty, Join, ScalarFromTensor, TensorFromScalar
 from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
 from pytensor.tensor.shape import Shape_i
@@ -111,6 +112,18 @@ def _shape_i(op: Shape_i, node, input_kinds, **kwargs) -> BoundedLowering:
     return (lambda x: BoundedInt(x.length, 0, x.buffer.shape[0])), ("int",)
 
 
+@bounded_jax_funcify.register(CheckAndRaise)
+def _check_and_raise(op: CheckAndRaise, node, input_kinds, **kwargs) -> BoundedLowering:
+    """The checked value passes through, bounds kept; a condition on a run-time length is skipped, as stock does."""
+    check = jax_gpu_funcify(op, node=node, **kwargs)
+
+    def checked(x, *conditions):
+        check(x.buffer if isinstance(x, Bounded) else value_of(x), *(value_of(condition) for condition in conditions))
+        return x
+
+    return checked, (input_kinds[0],)
+
+
 @bounded_jax_funcify.register(ScalarFromTensor)
 @bounded_jax_funcify.register(TensorFromScalar)
 def _same_scalar(op, node, input_kinds, **kwargs) -> BoundedLowering:
@@ -132,15 +145,17 @@ def _bounds(value) -> tuple[int, int]:
     return concrete, concrete
 
 
-def _integer_elemwise(op: Elemwise, fn: Callable) -> Callable:
-    if not isinstance(op.scalar_op, _CORNER_BOUNDED_SCALAR_OPS):
+def _integer_elemwise(op: Elemwise, fn: Callable, boolean: bool) -> Callable:
+    """``boolean``: the result is a bool, so 0 or 1 whatever the op (==, !=, or, ...), exact when every input is."""
+    if not boolean and not isinstance(op.scalar_op, _CORNER_BOUNDED_SCALAR_OPS):
         raise NotImplementedError(f"{op}: no bounds for a run-time length through this scalar op")
 
     def bounded_integer(*inputs):
-        corners = [
-            op.scalar_op.impl(*corner) for corner in itertools.product(*(sorted(set(_bounds(x))) for x in inputs))
-        ]
+        boxes = [sorted(set(_bounds(x))) for x in inputs]
         value = fn(*(value_of(x) for x in inputs))
+        if boolean and any(len(box) > 1 for box in boxes):
+            return BoundedInt(value, 0, 1)
+        corners = [op.scalar_op.impl(*corner) for corner in itertools.product(*boxes)]
         return BoundedInt(value, int(min(corners)), int(max(corners)))
 
     return bounded_integer
@@ -171,7 +186,8 @@ def _elemwise(op: Elemwise, node, input_kinds, **kwargs) -> BoundedLowering:
     if any(np.dtype(output.type.dtype).kind not in "iub" for output in node.outputs):
         # A value computed from a length (a mean's divisor) is no length: it needs no bounds.
         return (lambda *inputs: fn(*(value_of(x) for x in inputs))), (None,) * len(node.outputs)
-    return _integer_elemwise(op, fn), ("int",) * len(node.outputs)
+    boolean = all(output.type.dtype == "bool" for output in node.outputs)
+    return _integer_elemwise(op, fn, boolean), ("int",) * len(node.outputs)
 
 
 @bounded_jax_funcify.register(DimShuffle)
