@@ -4,7 +4,9 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from pytensor.raise_op import Assert
+# Not Assert: importing pymc.sampling.jax registers a pass-through JAX lowering for
+# Assert (and tests share a process with the PyMC tests); CheckAndRaise is PyTensor's own.
+from pytensor.raise_op import CheckAndRaise
 
 from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference
 
@@ -21,7 +23,7 @@ def test_arange_reshape_and_alloc_from_shape_arithmetic(mode):
 @pytest.mark.parametrize("mode", JAX_MODES)
 def test_shape_assertion_is_checked_when_traced(mode):
     x = pt.vector("x")
-    checked = Assert("x must have 3 entries")(x, pt.eq(x.shape[0], 3))
+    checked = CheckAndRaise(AssertionError, "x must have 3 entries")(x, pt.eq(x.shape[0], 3))
     fn = pytensor.function([x], checked * 2, mode=mode)
     np.testing.assert_allclose(np.asarray(fn(np.ones(3))), 2 * np.ones(3))
     with pytest.raises(AssertionError, match="x must have 3 entries"):
