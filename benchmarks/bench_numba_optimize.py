@@ -140,7 +140,7 @@ def run_worker(argv: list[str]) -> dict:
 def floor_calls(cases) -> dict[str, Callable[[], object]]:
     from numba import njit
 
-    from gpubackend.dispatch.numba_optimize_plan import solver_plan
+    from gpubackend.dispatch.numba.optimize_plan import solver_plan
     from gpubackend.solvers.bfgs import make_bfgs
     from gpubackend.solvers.brent_minimize import make_brent_minimize
     from gpubackend.solvers.brentq import make_brentq

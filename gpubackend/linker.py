@@ -9,6 +9,7 @@ from pytensor.link.basic import Container
 from pytensor.link.jax.linker import JAXLinker
 
 from gpubackend.devices import DeviceSpec, check_device_spec, resolve_device
+from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, LoweringContext
 from gpubackend.registration import DispatchName
 
 if TYPE_CHECKING:
@@ -31,15 +32,24 @@ class DispatchingJAXLinker(JAXLinker):
         self.dispatch_name = dispatch
         super().__init__(**kwargs)
 
+    def lowering_context(self) -> LoweringContext:
+        """What every lowering of one function is told (a new one per function: it holds that lowering's cache)."""
+        return LoweringContext()
+
     def fgraph_convert(self, fgraph, order, input_storage, storage_map, **kwargs):
-        from gpubackend.dispatch.jax_replacements import DISPATCHERS
+        from gpubackend.dispatch.jax.replacements import DISPATCHERS
 
         # JAXLinker.fgraph_convert copies shared RNG inputs and finds the scalar
         # shape inputs, then lowers with the global registry. Given no node to
         # lower (order=()) it does only the former; the nodes are lowered here.
         super().fgraph_convert(fgraph, order=(), input_storage=input_storage, storage_map=storage_map)
         return DISPATCHERS[self.dispatch_name](
-            fgraph, order=order, input_storage=input_storage, storage_map=storage_map, **kwargs
+            fgraph,
+            order=order,
+            input_storage=input_storage,
+            storage_map=storage_map,
+            **{CONTEXT_KEYWORD: self.lowering_context()},
+            **kwargs,
         )
 
 
@@ -119,9 +129,9 @@ class JAXGPULinker(DispatchingJAXLinker):
             return container
         return Container(container_type, container.storage, name=variable.name)
 
-    def fgraph_convert(self, fgraph, **kwargs):
+    def lowering_context(self) -> LoweringContext:
         # The jitted graph serves PyTensor's calls only: JAX never differentiates it.
-        return super().fgraph_convert(fgraph, step_counts=True, jax_differentiable=False, **kwargs)
+        return LoweringContext(step_counts=True, jax_differentiable=False)
 
     def create_thunk_inputs(self, storage_map):
         from gpubackend.device_inputs import ResidentSharedCell
@@ -148,7 +158,7 @@ class JAXGPULinker(DispatchingJAXLinker):
     def jit_compile(self, fn):
         import jax
 
-        from gpubackend.dispatch.jax_while_steps import StepCountedGraph, StepSpecialisedFunction
+        from gpubackend.dispatch.jax.while_steps import StepCountedGraph, StepSpecialisedFunction
 
         if isinstance(fn, StepCountedGraph):
             # A call runs again when a while-Scan stops after a new number of

@@ -1,6 +1,6 @@
 """Where gpubackend's JAX lowerings are registered: the ``$GPUBACKEND_REGISTER`` switch.
 
-Kept apart from `gpubackend.dispatch.jax_replacements` because it is read at
+Kept apart from `gpubackend.dispatch.jax.replacements` because it is read at
 ``import gpubackend`` (by the rewrites and the mode), which must not load jax.
 """
 
@@ -15,7 +15,7 @@ REWRITE_TAG = "gpubackend"
 """Tag of gpubackend's JAX graph rewrites: JAX_GPU includes it, the stock baseline excludes it."""
 
 DispatchName = Literal["gpubackend", "stock"]
-"""The dispatchers of `gpubackend.dispatch.jax_replacements.DISPATCHERS`: gpubackend's lowerings, or PyTensor's own."""
+"""The dispatchers of `gpubackend.dispatch.jax.replacements.DISPATCHERS`: gpubackend's lowerings, or PyTensor's own."""
 
 
 def registers_globally() -> bool:

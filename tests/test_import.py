@@ -56,8 +56,8 @@ print(json.dumps({{"scan": jax_funcify.dispatch(Scan).__module__, "minimize": ja
 """
     seen = run_fresh(script)
     assert seen["backends"] == [], "registering the lowerings must not start JAX either"
-    assert seen["scan"] == "gpubackend.dispatch.jax_scan"
-    assert seen["minimize"] == "gpubackend.dispatch.jax_optimize_registration"
+    assert seen["scan"] == "gpubackend.dispatch.jax.scan"
+    assert seen["minimize"] == "gpubackend.dispatch.jax.optimize"
     assert "optimistix" not in seen["loaded"] and "equinox" not in seen["loaded"]
 
 
@@ -71,7 +71,28 @@ from pytensor.tensor.optimize import MinimizeOp
 import gpubackend
 print(json.dumps([jax_funcify.dispatch(Scan).__module__, numba_funcify.dispatch(MinimizeOp).__module__]))
 """
-    assert run_fresh(script) == ["gpubackend.dispatch.jax_scan", "gpubackend.dispatch.numba_optimize"]
+    assert run_fresh(script) == ["gpubackend.dispatch.jax.scan", "gpubackend.dispatch.numba.optimize"]
+
+
+JAX_LOWERING_MODULES = sorted(
+    path.stem for path in (REPO / "gpubackend" / "dispatch" / "jax").glob("*.py") if path.stem != "__init__"
+)
+
+
+@pytest.mark.parametrize("module", JAX_LOWERING_MODULES)
+def test_importing_a_lowering_module_first_loses_no_replacement(module):
+    """Some lowering modules load PyTensor's JAX dispatch themselves: the hook then runs mid-import."""
+    script = f"""
+import json
+import gpubackend
+import gpubackend.dispatch.jax.{module}
+from pytensor.link.jax.dispatch import jax_funcify
+from gpubackend.dispatch.jax.replacements import REPLACED
+print(json.dumps(sorted((op.__name__, jax_funcify.dispatch(op) is replacement.ours) for op, replacement in REPLACED.items())))
+"""
+    expected = run_fresh(script.replace(f"import gpubackend.dispatch.jax.{module}\n", ""))
+    assert expected and all(installed for _, installed in expected)
+    assert run_fresh(script) == expected
 
 
 def test_numba_lowerings_register_when_pytensor_loads_its_numba_dispatch():
@@ -83,7 +104,7 @@ from pytensor.tensor.optimize import MinimizeOp
 print(json.dumps({{"minimize": numba_funcify.dispatch(MinimizeOp).__module__, "loaded": {LOADED}}}))
 """
     seen = run_fresh(script)
-    assert seen["minimize"] == "gpubackend.dispatch.numba_optimize"
+    assert seen["minimize"] == "gpubackend.dispatch.numba.optimize"
     assert "jax" not in seen["loaded"]
 
 

@@ -10,7 +10,7 @@ import pytest
 from pytensor.compile.builders import OpFromGraph
 from pytensor.tensor.elemwise import Elemwise
 
-from gpubackend.dispatch import jax_ofg
+from gpubackend.dispatch.jax import ofg as jax_ofg
 from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference
 
 

@@ -1,4 +1,4 @@
-"""Native Numba lowering of the optimize ops (gpubackend.dispatch.numba_optimize).
+"""Native Numba lowering of the optimize ops (gpubackend.dispatch.numba.optimize).
 
 References are independent of the code under test: scipy run by PyTensor's
 Python backend (``FAST_COMPILE``), or closed forms. Each module fixture builds
@@ -25,7 +25,7 @@ from pytensor.tensor.optimize import (
 )
 
 from gpubackend.conformance.probe import CALL, LINK, RewriteFreeProbe
-from gpubackend.dispatch.numba_optimize import ObjectModeFallbackWarning
+from gpubackend.dispatch.numba.optimize import ObjectModeFallbackWarning
 
 RTOL = 1e-6
 REFERENCE_MODE = "FAST_COMPILE"

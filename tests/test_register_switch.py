@@ -33,7 +33,7 @@ SCOPED_SCRIPT = textwrap.dedent(
 
     stock_registry = dict(jax_funcify.registry)
     import gpubackend
-    from gpubackend.dispatch.jax_replacements import REPLACED
+    from gpubackend.dispatch.jax.replacements import REPLACED
 
     report = {
         "registry_unchanged": dict(jax_funcify.registry) == stock_registry

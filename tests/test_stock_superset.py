@@ -43,7 +43,7 @@ from pytensor.raise_op import CheckAndRaise
 
 from gpubackend.conformance.catalogue import CaseGraph, select_cases
 from gpubackend.conformance.strategies import build_generated, graph_specs
-from gpubackend.dispatch.jax_replacements import REPLACED
+from gpubackend.dispatch.jax.replacements import REPLACED
 from gpubackend.registration import REWRITE_TAG
 
 TOLERANCE = 1e-12

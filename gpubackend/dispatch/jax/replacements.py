@@ -36,7 +36,7 @@ def _jax_registry() -> Callable:
     """PyTensor's ``jax_funcify``, with its lowerings and gpubackend's recorded.
 
     Imported on use, not at module level: importing PyTensor's JAX dispatch runs
-    `gpubackend.dispatch.register_jax_lowerings`, whose modules import this one.
+    `gpubackend.dispatch.jax.register_lowerings`, whose modules import this one.
     """
     from pytensor.link.jax.dispatch.basic import jax_funcify
 
@@ -51,42 +51,49 @@ class Replacement:
 
 _OURS: dict[type, Callable] = {}
 REPLACED: dict[type, Replacement] = {}
-"""Filled by `keep_stock_lowerings` once PyTensor's JAX dispatch has loaded."""
+"""Filled once PyTensor's JAX dispatch has loaded (`take_over_registry`)."""
+
+_installs_globally: bool | None = None
+"""None until PyTensor's JAX dispatch has loaded; then whether ours go on its global registry."""
 
 
 def replaces(*op_types: type) -> Callable[[Callable], Callable]:
     """Record the decorated function as gpubackend's lowering of ``op_types``.
 
-    Recording does not touch PyTensor's registry, so a lowering module can be
-    imported before PyTensor's JAX dispatch; the stock lowering it replaces is
-    kept by `keep_stock_lowerings`.
+    Before PyTensor's JAX dispatch has loaded, recording does not touch its
+    registry, so a lowering module can be imported first. A module whose
+    import is what loads PyTensor's JAX dispatch (through `fgraph`) records
+    after `take_over_registry` has run, so its replacements are taken over here.
     """
 
     def record(lowering: Callable) -> Callable:
         for op_type in op_types:
             _OURS[op_type] = lowering
+            if _installs_globally is not None:
+                _take_over(op_type)
         return lowering
 
     return record
 
 
-def keep_stock_lowerings() -> None:
-    """Keep, by reference, PyTensor's lowering of each op type gpubackend replaces.
+def take_over_registry(install_globally: bool) -> None:
+    """Keep, by reference, PyTensor's lowering of each op type gpubackend replaces; install ours if asked.
 
     Runs right after PyTensor's JAX dispatch has loaded (its registry is then
     PyTensor's own) and gpubackend's lowering modules have been imported.
     """
-    jax_funcify = _jax_registry()
-    for op_type, ours in _OURS.items():
-        if op_type not in REPLACED:
-            REPLACED[op_type] = Replacement(stock=jax_funcify.dispatch(op_type), ours=ours)
+    global _installs_globally
+    _installs_globally = install_globally
+    for op_type in list(_OURS):
+        _take_over(op_type)
 
 
-def register_globally() -> None:
-    """Put every replacement on PyTensor's ``jax_funcify``."""
+def _take_over(op_type: type) -> None:
     jax_funcify = _jax_registry()
-    for op_type, replacement in REPLACED.items():
-        jax_funcify.register(op_type, replacement.ours)
+    if op_type not in REPLACED:
+        REPLACED[op_type] = Replacement(stock=jax_funcify.dispatch(op_type), ours=_OURS[op_type])
+    if _installs_globally:
+        jax_funcify.register(op_type, REPLACED[op_type].ours)
 
 
 class JAXDispatch:

@@ -17,9 +17,9 @@ PyTensor trims a buffer that is longer than the states written to it down to
 the steps actually taken, so that output's length depends on the data. The
 last value (``trace[-1]``), which PyTensor rewrites to an untraced state or a
 one-entry buffer, always lowers. Otherwise the graph's lowering
-(`jax_while_steps`) picks one of:
+(`while_steps`) picks one of:
 
-- ``bounded_jax_funcify`` (`jax_bounded`): the trace stays a maximum-length
+- ``bounded_jax_funcify`` (`bounded`): the trace stays a maximum-length
   buffer plus its length, and so do the for-Scans (a gradient's), slices and
   allocations that follow it. No read, any linker; needs every output to have
   a static shape.
@@ -42,8 +42,9 @@ import jax.numpy as jnp
 import numpy as np
 from pytensor.scan.op import Scan
 
-from gpubackend.dispatch.jax_bounded import Bounded, BoundedInt, Kind, bounded_jax_funcify, value_of
-from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.bounded import Bounded, BoundedInt, Kind, bounded_jax_funcify, value_of
+from gpubackend.dispatch.jax.lowering_context import lowering_context
+from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
 
 
 class DataDependentLengthError(NotImplementedError):
@@ -90,7 +91,7 @@ def _host_int(value):
 @replaces(Scan)
 def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
     if op.info.as_while:
-        # The graph lowering (`jax_while_steps`) takes the while-Scans whose traces may be trimmed.
+        # The graph lowering (`while_steps`) takes the while-Scans whose traces may be trimmed.
         if node is not None and any(possibly_trimmed_traces(op, node)):
             raise data_dependent_length_error(op, "a traced output keeps more entries than its initial ones")
         return _loop_lowering(op, _untrimmed_outputs, **kwargs)
@@ -131,16 +132,16 @@ def _buffer_and_size(value) -> tuple[jax.Array, Any]:
     return value, value.shape[0]
 
 
-def _scan_loop(op: Scan, *, jax_differentiable: bool = True, **kwargs) -> Callable[[list], LoopResult]:
-    """The loop of any Scan, over lengths and buffers that may be known only at run time (`jax_bounded`).
+def _scan_loop(op: Scan, **kwargs) -> Callable[[list], LoopResult]:
+    """The loop of any Scan, over lengths and buffers that may be known only at run time (`bounded`).
 
-    ``jax_differentiable=False`` says nothing will differentiate the lowered
-    graph with JAX (JAX_GPU runs it for PyTensor, whose gradients are graphs
-    of their own), so the loop is ``lax.while_loop``, which exits as soon as
-    it stops instead of stepping through its bound.
+    Where nothing will differentiate the lowered graph with JAX
+    (`LoweringContext.jax_differentiable`), the loop is ``lax.while_loop``,
+    which exits as soon as it stops instead of stepping through its bound.
     """
     kwargs.pop("storage_map", None)
-    inner_fn = jax_gpu_funcify(op.fgraph, jax_differentiable=jax_differentiable, **kwargs)
+    jax_differentiable = lowering_context(kwargs).jax_differentiable
+    inner_fn = jax_gpu_funcify(op.fgraph, **kwargs)
     info = op.info
     tap_slices = [*info.mit_sot_in_slices, *info.sit_sot_in_slices]
     slots = _traced_slots(op)
@@ -308,7 +309,7 @@ def _loop_lowering(op: Scan, finish: Callable[[Scan, LoopResult], list], **kwarg
 
 @bounded_jax_funcify.register(Scan)
 def bounded_scan(op: Scan, node, input_kinds: Sequence[Kind], **kwargs):
-    """A Scan whose lengths, inputs or trimmed traces are known only at run time (`jax_bounded`)."""
+    """A Scan whose lengths, inputs or trimmed traces are known only at run time (`bounded`)."""
     if op.info.as_while and op.info.n_mit_mot:
         raise NotImplementedError(f"{op}: a while-Scan with mit-mot states has no JAX lowering")
     outer = list(node.inputs)

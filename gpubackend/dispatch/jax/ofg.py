@@ -1,8 +1,7 @@
 """JAX lowering of OpFromGraph, funcified once per distinct op within one lowering.
 
-The memo lives in the keyword arguments that every nested ``jax_funcify`` call
-passes on, so it is created by the outermost FunctionGraph lowering
-(`jax_fgraph`) and shared by inner graphs (scan bodies, other OFGs) below it.
+The memo is the `LoweringContext` of the lowering (`lowering_context`), so it is
+shared by every inner graph (scan bodies, other OFGs) of one function.
 Equal ops (hash-consed on their frozen graph) share one function. When no
 input can carry a length (all are float or complex) that function is a nested
 ``jax.jit``, so JAX also traces the body once per input signature rather than
@@ -18,8 +17,8 @@ import jax
 import numpy as np
 from pytensor.compile.builders import OpFromGraph
 
-from gpubackend.dispatch.jax_fgraph import OFG_MEMO_KEY
-from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.lowering_context import lowering_context
+from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
 
 
 def _only_array_data(op: OpFromGraph) -> bool:
@@ -33,7 +32,7 @@ def _only_array_data(op: OpFromGraph) -> bool:
 def jax_funcify_OpFromGraph(op: OpFromGraph, node=None, **kwargs: Any) -> Callable:
     """One function per distinct op per lowering, however many call sites it has."""
     kwargs.pop("storage_map", None)
-    memo: dict = kwargs.setdefault(OFG_MEMO_KEY, {})
+    memo = lowering_context(kwargs).ofg_functions
     if op not in memo:
         inner_fn = jax_gpu_funcify(op.fgraph, **kwargs)
         fn = (lambda *inputs: inner_fn(*inputs)[0]) if len(op.fgraph.outputs) == 1 else inner_fn

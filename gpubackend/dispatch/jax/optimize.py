@@ -1,6 +1,6 @@
 """The JAX lowerings of PyTensor's optimize ops, registered by op type, loaded on first use.
 
-`gpubackend.dispatch.jax_optimize` needs optimistix, equinox and lineax, which
+`gpubackend.dispatch.jax.optimize_lowering` needs optimistix, equinox and lineax, which
 take about a second to import. ``jax_funcify`` dispatches on PyTensor's op
 classes, so registering needs none of them: each registration here imports the
 lowering module only when an optimize op is first lowered.
@@ -12,16 +12,16 @@ from collections.abc import Callable
 
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp
 
-from gpubackend.dispatch.jax_replacements import replaces
+from gpubackend.dispatch.jax.replacements import replaces
 
 
 def _register_on_first_use(op_class: type) -> None:
     lowering_name = f"jax_funcify_{op_class.__name__}"
 
     def lower(op, node=None, **kwargs) -> Callable:
-        from gpubackend.dispatch import jax_optimize
+        from gpubackend.dispatch.jax import optimize_lowering
 
-        return getattr(jax_optimize, lowering_name)(op, node=node, **kwargs)
+        return getattr(optimize_lowering, lowering_name)(op, node=node, **kwargs)
 
     lower.__name__ = lowering_name
     replaces(op_class)(lower)

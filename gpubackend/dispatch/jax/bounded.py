@@ -13,7 +13,7 @@ needs no step count on the host and works in any JAX linker.
 
 `bounded_jax_funcify` holds these length-aware lowerings, per op type. Each
 returns the function and, per output, whether it is `Bounded` ("array"), a
-`BoundedInt` ("int") or an ordinary value (None); `jax_while_steps` plans a
+`BoundedInt` ("int") or an ordinary value (None); `while_steps` plans a
 graph with them. An op with no rule here (or a case a rule refuses with
 NotImplementedError) means the graph needs the step count after all.
 """
@@ -35,7 +35,7 @@ from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
 from pytensor.tensor.shape import Shape_i
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, indices_from_subtensor
 
-from gpubackend.dispatch.jax_replacements import jax_gpu_funcify
+from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
 
 Kind = Literal["array", "int"] | None
 

@@ -1,7 +1,7 @@
 """JAX lowering of IncSubtensor that writes a whole array without a scatter.
 
 An update whose slices cover every entry of ``x`` (``x[:] += y``, or a slice
-whose bounds `jax_fgraph` has made concrete and equal to the length) is an
+whose bounds `fgraph` has made concrete and equal to the length) is an
 elementwise add or a broadcast. The stock lowering emits it as a full-window
 scatter, and XLA (jaxlib 0.11 and 0.12) aborts the process compiling such a
 scatter followed by a reverse (``jnp.zeros(n).at[:].add(y)[::-1]`` fails its
@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from pytensor.tensor.subtensor import IncSubtensor, indices_from_subtensor
 
-from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
 
 
 def _covers_whole_axis(index, length: int) -> bool:

@@ -2,13 +2,13 @@
 
 `MinimizeOp`, `RootOp`, `MinimizeScalarOp` and `RootScalarOp` run scipy in
 Numba object mode under stock PyTensor. Here each op's frozen inner graph
-(already optimized and inplace-baked by `gpubackend.rewrites.numba_optimize`)
+(already optimized and inplace-baked by `gpubackend.rewrites.numba`)
 is funcified as is and handed to a solver from `gpubackend.solvers` inside one
 jitted function, so the objective is compiled into the solver. Each lowering
 carries a cache key (the inner graph's key, the solver and its settings), so
 PyTensor's on-disk Numba cache serves later processes.
 
-A configuration with no native solver (see `numba_optimize_plan`) keeps the
+A configuration with no native solver (see `optimize_plan`) keeps the
 object-mode path and emits one `ObjectModeFallbackWarning` naming the method.
 """
 
@@ -36,8 +36,8 @@ from pytensor.tensor.optimize import (
     ScipyWrapperOp,
 )
 
-from gpubackend.dispatch import numba_optimize_problem as problem
-from gpubackend.dispatch.numba_optimize_plan import NoNativeSolver, SolverPlan, solver_plan
+from gpubackend.dispatch.numba import optimize_problem as problem
+from gpubackend.dispatch.numba.optimize_plan import NoNativeSolver, SolverPlan, solver_plan
 from gpubackend.solvers.bfgs import make_bfgs
 from gpubackend.solvers.bisect import make_bisect
 from gpubackend.solvers.bounded_minimize import make_bounded_minimize

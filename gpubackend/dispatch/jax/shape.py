@@ -1,7 +1,7 @@
 """JAX lowerings of ARange and Reshape that also accept a length known only at trace time.
 
 The stock lowerings refuse, at compile time, any bound or shape that is not
-literally a constant or read from an array's shape. With `jax_fgraph`
+literally a constant or read from an array's shape. With `fgraph`
 evaluating shape arithmetic at trace time, such a value is often concrete when
 the call is traced (``arange(x.shape[0] // 2)``), so for those nodes the check
 moves to trace time: a concrete value is used, and one that is really traced
@@ -22,7 +22,7 @@ from pytensor.link.jax.dispatch.tensor_basic import ARANGE_CONCRETE_VALUE_ERROR
 from pytensor.tensor.basic import ARange
 from pytensor.tensor.shape import Reshape
 
-from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
 
 
 def _stock_or_none(op_type: type, op, node, kwargs) -> Callable | None:

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from pytensor.conditional.op import IfElse, LazyIfElse
 
-from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
 
 
 def _is_concrete(value) -> bool:

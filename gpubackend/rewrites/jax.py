@@ -11,7 +11,7 @@ This rewrite routes every use of such an input through ``JAXShapeTuple(n)[0]``
 whenever the input reaches a length (a Scan's step count or nit-sot size, the
 shape of ``Alloc``/``AllocEmpty``/``Reshape``, the bounds of ``ARange`` or
 ``Eye``), so the linker makes it static; the trace-time evaluation of shape
-arithmetic (`gpubackend.dispatch.jax_fgraph`) keeps everything computed from it
+arithmetic (`gpubackend.dispatch.jax.fgraph`) keeps everything computed from it
 concrete. It runs once at compile time. JAX_GPU includes it by its
 ``gpubackend`` tag; stock ``mode="JAX"`` gets it through the "jax" tag only when
 gpubackend's lowerings are registered globally (see `jax_replacements`), since

@@ -14,11 +14,12 @@ A new length means a new input shape, hence a new trace; a stale length can
 never be reused. Nodes that see a tracer are staged as usual.
 
 A graph with a while-Scan whose trace PyTensor may trim to the steps taken is
-lowered by the plan `jax_while_steps` makes for it: bounded buffers where every
-output has a static shape, else (for a linker passing ``step_counts=True``) a
+lowered by the plan `while_steps` makes for it: bounded buffers where every
+output has a static shape, else (for a linker whose `LoweringContext` has ``step_counts``) a
 `StepCountedGraph` specialised on step counts, else `DataDependentLengthError`.
 
-It also starts the memo that `jax_ofg` threads through one lowering, and it
+At the top of a stock linker's lowering it starts the `LoweringContext` that
+every lowering below shares (with a linker's own, it is given one). It
 returns every output with the dtype of the graph's type: some stock lowerings
 return their accumulator dtype (a float32 ``Sum`` with ``acc_dtype=float64``
 comes back as float64 under x64), and an output folded to a constant can be a
@@ -40,8 +41,9 @@ from pytensor.graph.op import HasInnerGraph
 from pytensor.link.jax.dispatch.basic import jax_typify
 from pytensor.link.utils import fgraph_to_python
 
-from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
-from gpubackend.dispatch.jax_while_steps import (
+from gpubackend.dispatch.jax.lowering_context import lowering_context
+from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.while_steps import (
     BoundedPlan,
     StepCountedGraph,
     bounded_graph,
@@ -49,8 +51,6 @@ from gpubackend.dispatch.jax_while_steps import (
     refuse,
     step_counted_graph,
 )
-
-OFG_MEMO_KEY = "gpubackend_ofg_memo"
 
 _SHAPE_DTYPE_KINDS = frozenset("iub")
 
@@ -88,10 +88,10 @@ def _funcify_node(op, node: Apply | None = None, **kwargs) -> Callable:
 
 @replaces(FunctionGraph, FrozenFunctionGraph)
 def jax_funcify_FunctionGraph(
-    fgraph, node=None, fgraph_name: str = "jax_funcified_fgraph", step_counts: bool = False, **kwargs: Any
+    fgraph, node=None, fgraph_name: str = "jax_funcified_fgraph", **kwargs: Any
 ) -> Callable | StepCountedGraph:
-    """The graph's function; with ``step_counts`` (a linker that can specialise on them), maybe a `StepCountedGraph`."""
-    kwargs.setdefault(OFG_MEMO_KEY, {})
+    """The graph's function; for a linker that specialises on step counts, maybe a `StepCountedGraph`."""
+    context = lowering_context(kwargs)
     squeezed = kwargs.get("squeeze_output", False) and len(fgraph.outputs) == 1
     # What fgraph_to_python hands each node's lowering: everything but its own parameters.
     node_kwargs = {key: value for key, value in kwargs.items() if key not in _GRAPH_ONLY_KWARGS}
@@ -117,7 +117,7 @@ def jax_funcify_FunctionGraph(
 
     if isinstance(plan, BoundedPlan):
         return _with_graph_dtypes(bounded_graph(fgraph, plan, default_fn, constant, squeezed), fgraph.outputs, squeezed)
-    if not step_counts:
+    if not context.step_counts:
         refuse(plan)
     counted = step_counted_graph(fgraph, plan, default_fn, constant, squeezed, **node_kwargs)
     typed = _with_graph_dtypes(lambda outputs: outputs, fgraph.outputs, squeezed)

@@ -3,7 +3,7 @@
 The stock lowering drops every assertion, warning at compile time that it
 does, because a traced condition cannot raise. Most assertions PyTensor inserts
 compare shapes (broadcasting checks, scan lengths), and shape arithmetic is
-concrete at trace time here (see `jax_fgraph`). So this lowering is the stock
+concrete at trace time here (see `fgraph`). So this lowering is the stock
 one (its compile-time error for a constant false condition and its warning
 included), plus one check: a violated condition that is concrete while tracing
 raises the op's own exception, as PyTensor's other backends do, instead of
@@ -19,7 +19,7 @@ import jax
 import numpy as np
 from pytensor.raise_op import CheckAndRaise
 
-from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
 
 
 @replaces(CheckAndRaise)

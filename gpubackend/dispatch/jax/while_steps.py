@@ -6,12 +6,12 @@ looks at the graph once, at lowering time, and picks:
 
 - `BoundedPlan`, when the trimmed traces only reach outputs of static shape
   (``xs[-3]``, ``xs.sum()``, gradients through the loop): the traces and what
-  follows them are lowered by `jax_bounded` (maximum-length buffers plus their
+  follows them are lowered by `bounded` (maximum-length buffers plus their
   lengths). No step count leaves the device; this works in any JAX linker.
 - otherwise (an output whose length is the step count, such as the full
   trace, or an op with no length-aware lowering) the graph needs the step
-  counts on the host. A linker that owns the call (JAX_GPU) passes
-  ``step_counts=True`` and gets a `StepCountedGraph`: the graph, with one
+  counts on the host. A linker that owns the call (JAX_GPU) says so
+  (`LoweringContext.step_counts`) and gets a `StepCountedGraph`: the graph, with one
   static argument (the assumed step count of each such while-Scan, None for
   its bound), returning the outputs and, per while-Scan, the steps taken and
   whether they match. `StepSpecialisedFunction` calls it, reads those counts
@@ -34,8 +34,8 @@ import jax
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.scan.op import Scan
 
-from gpubackend.dispatch.jax_bounded import Kind, as_kind, as_output, bounded_jax_funcify
-from gpubackend.dispatch.jax_scan import data_dependent_length_error, possibly_trimmed_traces, specialised_while_scan
+from gpubackend.dispatch.jax.bounded import Kind, as_kind, as_output, bounded_jax_funcify
+from gpubackend.dispatch.jax.scan import data_dependent_length_error, possibly_trimmed_traces, specialised_while_scan
 
 
 def trimmed_while_scans(fgraph) -> list[Apply]:

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from pytensor.scalar.loop import ScalarLoop
 
-from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
 
 
 @replaces(ScalarLoop)

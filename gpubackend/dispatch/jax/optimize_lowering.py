@@ -7,7 +7,7 @@ op's ``success`` output is True exactly when optimistix reports a successful
 result. Gradients of the solution need nothing here: PyTensor derives them
 symbolically (implicit function theorem), so the backward graph is ordinary ops.
 Under `Blockwise` the stock lowering vectorises the core function with vmap.
-The ``jax_funcify_*`` functions are recorded by `jax_optimize_registration`,
+The ``jax_funcify_*`` functions are recorded by `optimize`,
 which imports this module (and optimistix) only when an optimize op is lowered.
 """
 
@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import optimistix as optx
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp, ScipyWrapperOp
 
-from gpubackend.dispatch.jax_bracket import expand_bracket
-from gpubackend.dispatch.jax_optimize_methods import (
+from gpubackend.dispatch.jax.bracket import expand_bracket
+from gpubackend.dispatch.jax.optimize_methods import (
     BRACKETING_ROOT_METHODS,
     SolverChoice,
     minimize_scalar_solver,
@@ -29,7 +29,7 @@ from gpubackend.dispatch.jax_optimize_methods import (
     root_scalar_solver,
     root_solver,
 )
-from gpubackend.dispatch.jax_replacements import jax_gpu_funcify
+from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
 
 Objective = Callable[[jax.Array, tuple], jax.Array]
 

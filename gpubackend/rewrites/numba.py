@@ -1,7 +1,7 @@
 """Bake inplace into optimize-op inner graphs that gpubackend lowers to Numba.
 
 Stock PyTensor keeps these inner graphs functional under `NumbaLinker`, since
-it never funcifies the ops. gpubackend does (`gpubackend.dispatch.numba_optimize`),
+it never funcifies the ops. gpubackend does (`gpubackend.dispatch.numba.optimize`),
 so an op with a native solver gets PyTensor's own Numba `OpFromGraph` rule
 (`destructive_rewrite_ofg_inner_graph`): inputs are protected by a Supervisor,
 inplace is allowed between internal buffers, and boundary deepcopies stop an
@@ -29,7 +29,7 @@ from pytensor.tensor.blockwise import Blockwise, BlockwiseWithCoreShape
 from pytensor.tensor.optimize import ScipyWrapperOp, rewrite_optimize_inner_graph
 from pytensor.tensor.rewriting.optimize import jit_rewrite_optimize_inner_graph
 
-from gpubackend.dispatch.numba_optimize_plan import has_native_solver
+from gpubackend.dispatch.numba.optimize_plan import has_native_solver
 
 
 @rewrite_optimize_inner_graph.register(NumbaLinker)

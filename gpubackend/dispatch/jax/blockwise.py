@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from pytensor.tensor.blockwise import Blockwise
 
-from gpubackend.dispatch.jax_replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
 
 
 def _signature(inputs_sig, outputs_sig) -> str:

@@ -1,0 +1,34 @@
+"""What a JAX lowering hands every lowering below it, as one typed keyword argument.
+
+Lowerings reach the ones below them through ``jax_funcify(..., **kwargs)``, and
+PyTensor's stock lowerings (a for-Scan's, Blockwise's) pass on keywords they do
+not know. So what the linker decides once for a whole function travels as one
+frozen `LoweringContext` under `CONTEXT_KEYWORD`, never as loose keys that a
+lowering reads if present. Its one mutable member is a cache, private to one
+lowering of one graph: the functions of the OpFromGraph ops met so far (`ofg`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+CONTEXT_KEYWORD = "gpubackend_context"
+
+
+@dataclass(frozen=True)
+class LoweringContext:
+    step_counts: bool = False
+    """The linker specialises on while-Scan step counts, so a graph may lower to a `StepCountedGraph`."""
+
+    jax_differentiable: bool = True
+    """JAX may differentiate the lowered function. JAX_GPU's never is: PyTensor's gradients are graphs of their own."""
+
+    ofg_functions: dict[Any, Callable] = field(default_factory=dict, compare=False, repr=False)
+    """One function per distinct OpFromGraph op within this lowering."""
+
+
+def lowering_context(kwargs: dict[str, Any]) -> LoweringContext:
+    """The context in a lowering's keyword arguments; a default one, stored there, at the top of a stock linker's lowering."""
+    return kwargs.setdefault(CONTEXT_KEYWORD, LoweringContext())
