@@ -5,22 +5,26 @@ baking rules on PyTensor's registries, and its lowerings for when PyTensor
 loads its JAX or Numba dispatch. It imports neither jax nor numba, so it starts
 no XLA backend and allocates no device memory. When jax is loaded, its
 ``jax_enable_x64`` is set from ``floatX`` (`gpubackend.precision`).
+
+The public API is what ``__all__`` lists; everything else is internal.
 """
 
-from gpubackend import dispatch, precision, rewrites
+from gpubackend import dispatch, precision, rewrites  # noqa: F401  (importing them registers the lowerings and rewrites)
 from gpubackend.devices import DeviceNotFoundError, InputDeviceError, resolve_device
+from gpubackend.errors import DataDependentLengthError, ObjectModeFallbackWarning
 from gpubackend.linker import JAXGPULinker
-from gpubackend.mode import jax_gpu_mode, register
+from gpubackend.mode import jax_gpu_mode, register, stock_jax_mode
 
 register()
 precision.follow_floatx()
 
 __all__ = [
+    "DataDependentLengthError",
     "DeviceNotFoundError",
     "InputDeviceError",
     "JAXGPULinker",
+    "ObjectModeFallbackWarning",
     "jax_gpu_mode",
     "resolve_device",
-    "dispatch",
-    "rewrites",
+    "stock_jax_mode",
 ]

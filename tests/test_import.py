@@ -166,3 +166,19 @@ print(json.dumps({"x64": jax.config.jax_enable_x64, "out": str(out.dtype)}))
 """
     env = {**os.environ, "PYTENSOR_FLAGS": ",".join(filter(None, [os.environ.get("PYTENSOR_FLAGS"), "floatX=float64"]))}
     assert run_fresh(script, env) == {"x64": True, "out": "float64"}
+
+
+def test_public_api_is_documented_and_importable_without_jax():
+    script = f"""
+import json, sys
+import gpubackend
+names = {{name: (getattr(gpubackend, name).__doc__ or "").strip().splitlines()[:1] for name in gpubackend.__all__}}
+print(json.dumps({{"names": names, "loaded": {LOADED}}}))
+"""
+    seen = run_fresh(script)
+    assert seen["loaded"] == []
+    assert {"jax_gpu_mode", "JAXGPULinker", "resolve_device", "DataDependentLengthError", "ObjectModeFallbackWarning"} <= set(
+        seen["names"]
+    )
+    undocumented = [name for name, first_line in seen["names"].items() if not first_line or not first_line[0]]
+    assert undocumented == []

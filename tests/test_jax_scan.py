@@ -16,7 +16,7 @@ from pytensor.compile.builders import OpFromGraph
 from pytensor.conditional.op import ifelse
 from pytensor.scan.utils import until
 
-from gpubackend.dispatch.jax.scan import DataDependentLengthError
+from gpubackend import DataDependentLengthError
 from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference
 
 

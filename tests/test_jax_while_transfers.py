@@ -21,7 +21,7 @@ import pytest
 from pytensor.scan.utils import until
 
 from gpubackend.conformance.checks import count_host_reads
-from gpubackend.dispatch.jax.scan import DataDependentLengthError
+from gpubackend import DataDependentLengthError
 from tests.test_jax_jaxified import jaxified
 
 LIMITS = (10.0, 1000.0, 1e300)

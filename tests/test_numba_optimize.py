@@ -25,7 +25,7 @@ from pytensor.tensor.optimize import (
 )
 
 from gpubackend.conformance.probe import CALL, LINK, RewriteFreeProbe
-from gpubackend.dispatch.numba.optimize import ObjectModeFallbackWarning
+from gpubackend import ObjectModeFallbackWarning
 
 RTOL = 1e-6
 REFERENCE_MODE = "FAST_COMPILE"

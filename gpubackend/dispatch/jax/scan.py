@@ -45,10 +45,7 @@ from pytensor.scan.op import Scan
 from gpubackend.dispatch.jax.bounded import Bounded, BoundedInt, Kind, bounded_jax_funcify, value_of
 from gpubackend.dispatch.jax.lowering_context import lowering_context
 from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
-
-
-class DataDependentLengthError(NotImplementedError):
-    """A while-Scan output whose length would depend on the number of steps taken."""
+from gpubackend.errors import DataDependentLengthError
 
 
 def data_dependent_length_error(op: Scan, detail: str) -> DataDependentLengthError:

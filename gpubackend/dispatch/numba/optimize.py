@@ -38,6 +38,7 @@ from pytensor.tensor.optimize import (
 
 from gpubackend.dispatch.numba import optimize_problem as problem
 from gpubackend.dispatch.numba.optimize_plan import NoNativeSolver, SolverPlan, solver_plan
+from gpubackend.errors import ObjectModeFallbackWarning
 from gpubackend.solvers.bfgs import make_bfgs
 from gpubackend.solvers.bisect import make_bisect
 from gpubackend.solvers.bounded_minimize import make_bounded_minimize
@@ -55,10 +56,6 @@ from gpubackend.solvers.trust_exact import make_trust_exact
 
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 SOLVER_CACHE_VERSION = 1
-
-
-class ObjectModeFallbackWarning(UserWarning):
-    """An optimize op runs scipy in Numba object mode: it has no native solver."""
 
 
 # (op type, method) -> (problem adapter, solver factory). A vector solver is
