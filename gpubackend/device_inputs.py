@@ -126,32 +126,61 @@ class StaticShapeInput:
         return f"{self.variable_type} (static)"
 
 
-class ResidentSharedCell:
-    """A storage cell proxy that keeps a shared variable's value on the device.
+_NO_VALUE = object()
 
-    The first read after ``set_value`` uploads the host value once, explicitly,
-    and writes the device array back into the shared variable's own storage, so
-    later calls (and ``get_value``) find it resident.
+
+class ResidentSharedCell:
+    """One JAX_GPU function's device copy of a shared variable, read through that variable's own storage cell.
+
+    The shared variable's container belongs to the user and to every function
+    compiled with it (NUMBA, C, FAST_COMPILE, stock JAX, JAX_GPU on another
+    device), so the upload is kept here, not written back there: the container
+    keeps the host value everyone can read. The copy is keyed on the identity
+    of the value the container holds, so a call uploads only after that value
+    changed (``set_value``, or another function's update).
+
+    An updated shared variable gets the function's output, a ``jax.Array`` on
+    this function's device(s), written into its container by ``Function``, as
+    stock ``mode="JAX"`` leaves it: the next call passes it through without a
+    copy and donates it, and ``get_value()`` returns it. Writing a host copy
+    back instead would let NUMBA and C functions read an updated value, but at
+    the price of a device-to-host copy and a host sync on every call, which
+    this backend exists to avoid; the device array defers that copy to whoever
+    reads it (``np.asarray``, Python ``perform`` ops, JAX functions), and a
+    NUMBA or C function fails on it exactly as after a stock JAX update
+    (``shared.set_value(np.asarray(shared.get_value()))`` brings it back on
+    purpose).
     """
 
-    __slots__ = ("cell", "sharding", "split_axis", "label")
+    __slots__ = ("cell", "device_copy", "label", "sharding", "split_axis")
 
     def __init__(self, cell: list, sharding: Sharding, split_axis: int | None, label: str):
         self.cell = cell
         self.sharding = sharding
         self.split_axis = split_axis
         self.label = label
+        # (source, device copy), replaced as one object so that concurrent calls
+        # never pair a value with another's copy. Holding the source keeps its
+        # identity from being reused by a new value.
+        self.device_copy: tuple[Any, jax.Array | None] = (_NO_VALUE, None)
 
     def __getitem__(self, index: int) -> jax.Array:
         value = self.cell[index]
-        if not isinstance(value, jax.Array) or value.sharding != self.sharding:
-            check_divisible(np.shape(value), self.split_axis, self.sharding, self.label)
-            if isinstance(value, jax.Array):
-                value = jax.device_put(value, self.sharding)
-            else:
-                value = place(np.asarray(value), self.sharding)
-            self.cell[index] = value
-        return value
+        source, resident = self.device_copy
+        # A copy this function donated in a call that failed before its update
+        # was written back is uploaded again.
+        if value is not source or resident.is_deleted():
+            resident = self._on_device(value)
+            self.device_copy = (value, resident)
+        return resident
+
+    def _on_device(self, value: Any) -> jax.Array:
+        if isinstance(value, jax.Array) and value.sharding == self.sharding:
+            return value
+        check_divisible(np.shape(value), self.split_axis, self.sharding, self.label)
+        if isinstance(value, jax.Array):
+            return jax.device_put(value, self.sharding)
+        return place(np.asarray(value), self.sharding)
 
 
 def _where(data: jax.Array) -> str:

@@ -68,7 +68,9 @@ class JAXGPULinker(DispatchingJAXLinker):
       inputs named in ``shard`` split along the given axis and the rest
       replicated (see `gpubackend.placement`);
     - inputs are validated without leaving the device (`DeviceResidentInput`);
-    - shared variables are uploaded once and stay resident;
+    - shared variables are uploaded once and stay resident in the function's
+      own copy (`ResidentSharedCell`): their containers keep the host values
+      that every other function compiled with them reads;
     - buffers of updated shared variables are donated, so XLA updates in place;
     - outputs are committed to the device;
     - an output whose length is a while-Scan's step count gets it: the function

@@ -264,11 +264,6 @@ def test_logp_and_gradient_match_numba(case_name: str, path: str) -> None:
         np.testing.assert_allclose(np.asarray(dlogp(point)), want_dlogp, rtol=case.logp_rtol, atol=case.logp_rtol)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gpubackend: JAX_GPU leaves its device jax.Arrays in the user's shared-variable containers "
-    "(gpubackend/linker.py, resident shared data), and NUMBA's Shape_i cannot read one (read-only buffer)",
-)
 def test_numba_reads_shared_data_after_jax_gpu() -> None:
     m = CASES["scan_length_from_data"].build()
     point = m.initial_point()

@@ -1,0 +1,124 @@
+"""Shared variables used by JAX_GPU and by every other mode.
+
+A shared variable's container belongs to the user and to every function
+compiled with it. JAX_GPU uploads the value once into its own device copy and
+leaves the host value in the container, so NUMBA, C, FAST_COMPILE and stock
+JAX functions read it as before. An updated value is the JAX_GPU function's
+device output, left in the container as stock ``mode="JAX"`` leaves its own.
+"""
+
+import jax
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from numba.core.errors import TypingError
+from pytensor.compile.mode import Mode
+
+from gpubackend import jax_gpu_mode
+
+HOST_VALUE_READERS = ["NUMBA", "FAST_COMPILE", "JAX", pytest.param(Mode(linker="cvm"), id="cvm")]
+JAX_ARRAY_READERS = ["FAST_COMPILE", "JAX", "JAX_GPU on another device"]
+NUMBA_READS_NO_JAX_ARRAY = (
+    "upstream: PyTensor's NUMBA linker hands a shared container's value to Numba as it is, and Numba cannot "
+    "type the jax.Array that a JAX update leaves there (stock mode='JAX' leaves one too); JAX_GPU does not copy "
+    "each update back to the host, which would be a host sync per call"
+)
+
+
+@pytest.fixture
+def other_device(target_device):
+    return next(d for d in jax.devices("cpu") if d != target_device)
+
+
+def reader_mode(reader, other_device):
+    return jax_gpu_mode(device=other_device) if reader == "JAX_GPU on another device" else reader
+
+
+def read_graph(shared):
+    # Shape_i and an elementwise op: the NUMBA ops that failed on a device array.
+    return shared * 2 + shared.shape[0]
+
+
+def accumulator():
+    x = pt.vector("x")
+    acc = pytensor.shared(np.zeros(3), name="acc")
+    return acc, pytensor.function([x], [], updates={acc: acc + x}, mode="JAX_GPU")
+
+
+@pytest.mark.parametrize("reader", HOST_VALUE_READERS)
+def test_other_modes_read_a_shared_value_jax_gpu_uses(reader):
+    s = pytensor.shared(np.arange(3.0), name="s")
+    host = s.get_value(borrow=True)
+    jax_gpu = pytensor.function([], s + 1, mode="JAX_GPU")
+    jax_gpu()
+    assert s.get_value(borrow=True) is host
+    read = pytensor.function([], read_graph(s), mode=reader)
+    np.testing.assert_allclose(np.asarray(read()), [3.0, 5.0, 7.0])
+    s.set_value(np.ones(2))
+    np.testing.assert_allclose(np.asarray(jax_gpu()), [2.0, 2.0])
+    np.testing.assert_allclose(np.asarray(read()), [4.0, 4.0])
+
+
+@pytest.mark.parametrize("reader", JAX_ARRAY_READERS)
+def test_modes_that_read_a_jax_array_see_jax_gpu_updates(reader, other_device):
+    acc, step = accumulator()
+    read = pytensor.function([], read_graph(acc), mode=reader_mode(reader, other_device))
+    step(np.ones(3))
+    np.testing.assert_allclose(np.asarray(read()), [5.0, 5.0, 5.0])
+    step(np.ones(3))
+    np.testing.assert_allclose(np.asarray(read()), [7.0, 7.0, 7.0])
+    np.testing.assert_allclose(np.asarray(acc.get_value()), [2.0, 2.0, 2.0])
+
+
+@pytest.mark.xfail(strict=True, raises=TypingError, reason=NUMBA_READS_NO_JAX_ARRAY)
+@pytest.mark.parametrize("updater", ["JAX", "JAX_GPU"])
+def test_numba_reads_a_value_a_jax_update_left(updater):
+    x = pt.vector("x")
+    acc = pytensor.shared(np.zeros(3), name="acc")
+    pytensor.function([x], [], updates={acc: acc + x}, mode=updater)(np.ones(3))
+    np.testing.assert_allclose(pytensor.function([], read_graph(acc), mode="NUMBA")(), [5.0, 5.0, 5.0])
+
+
+def test_numba_reads_an_update_brought_to_the_host_on_purpose_and_jax_gpu_goes_on_from_it():
+    acc, step = accumulator()
+    step(np.ones(3))
+    step(np.ones(3))
+    acc.set_value(np.asarray(acc.get_value()))
+    np.testing.assert_allclose(pytensor.function([], read_graph(acc), mode="NUMBA")(), [7.0, 7.0, 7.0])
+    step(np.ones(3))
+    np.testing.assert_allclose(np.asarray(acc.get_value()), [3.0, 3.0, 3.0])
+
+
+def test_update_of_another_jax_gpu_function_on_the_device_is_read_without_a_transfer(target_device):
+    acc, step = accumulator()
+    read = pytensor.function([], acc.sum(), mode="JAX_GPU")
+    ones = jax.device_put(np.ones(3), target_device)
+    step(ones)
+    read()
+    with jax.transfer_guard("disallow_explicit"):
+        step(ones)
+        total = read()
+    assert float(total) == 6.0
+
+
+def test_jax_gpu_functions_on_two_devices_update_one_shared_variable(target_device, other_device):
+    counter = pytensor.shared(np.float64(0.0), name="counter")
+    add_one = pytensor.function([], [], updates={counter: counter + 1}, mode="JAX_GPU")
+    add_ten = pytensor.function([], [], updates={counter: counter + 10}, mode=jax_gpu_mode(device=other_device))
+    add_one()
+    add_ten()
+    add_one()
+    assert float(counter.get_value()) == 12.0
+    assert counter.get_value(borrow=True).devices() == {target_device}
+
+
+def test_donated_update_leaves_the_host_array_it_was_uploaded_from():
+    initial = np.zeros(3)
+    acc = pytensor.shared(initial, name="acc", borrow=True)
+    x = pt.vector("x")
+    step = pytensor.function([x], [], updates={acc: acc + x}, mode="JAX_GPU")
+    step(np.ones(3))
+    step(np.ones(3))
+    np.testing.assert_array_equal(initial, np.zeros(3))
+    np.testing.assert_allclose(np.asarray(acc.get_value()), [2.0, 2.0, 2.0])
