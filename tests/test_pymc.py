@@ -67,13 +67,8 @@ def cell(case_name: str, path: str):
 
 
 @functools.cache
-def model(case_name: str, jax_gpu: bool = False) -> pm.Model:
-    """One model per case, and a separate one for JAX_GPU calls.
-
-    JAX_GPU keeps shared variables (``pm.Data``) resident on its device: their
-    containers then hold ``jax.Array``s, which NUMBA and nutpie's model copy
-    reject (see `test_numba_reads_shared_data_after_jax_gpu`).
-    """
+def model(case_name: str) -> pm.Model:
+    """One model per case, shared by every path: JAX_GPU leaves the user's ``pm.Data`` values as they were."""
     return CASES[case_name].build()
 
 
@@ -157,14 +152,14 @@ def assert_posterior_means(case: PyMCCase, posterior) -> None:
 
 @pytest.mark.parametrize(("case_name", "path"), [cell(c, p) for c in CASES for p in SAMPLER_PATHS])
 def test_posterior_means(case_name: str, path: str) -> None:
-    idata = SAMPLER_PATHS[path](model(case_name, jax_gpu=path == "pymc_JAX_GPU"))
+    idata = SAMPLER_PATHS[path](model(case_name))
     assert_posterior_means(CASES[case_name], idata.posterior)
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case_name", list(CASES))
 def test_find_map(case_name: str, mode: str) -> None:
-    case, m = CASES[case_name], model(case_name, jax_gpu=mode == "JAX_GPU")
+    case, m = CASES[case_name], model(case_name)
     found = pm.find_MAP(model=m, compile_kwargs={"mode": mode}, progressbar=False)
     # Every closed-form posterior here is Gaussian, so its mode is its mean.
     want = case.posterior_mean or pm.find_MAP(model=model(case_name), compile_kwargs={"mode": "NUMBA"}, progressbar=False)
@@ -191,7 +186,7 @@ def _posterior_draws(case: PyMCCase, m: pm.Model) -> xr.Dataset:
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case_name", list(CASES))
 def test_posterior_predictive(case_name: str, mode: str) -> None:
-    case, m = CASES[case_name], model(case_name, jax_gpu=mode == "JAX_GPU")
+    case, m = CASES[case_name], model(case_name)
     posterior = _posterior_draws(case, m)
     predicted = pm.sample_posterior_predictive(
         posterior, model=m, compile_kwargs={"mode": mode}, random_seed=SEED, progressbar=False
@@ -257,7 +252,7 @@ def numba_logp_at_points(case_name: str) -> list[tuple[float, np.ndarray]]:
 @pytest.mark.parametrize("path", list(LOGP_PATHS))
 @pytest.mark.parametrize("case_name", list(CASES))
 def test_logp_and_gradient_match_numba(case_name: str, path: str) -> None:
-    case, m = CASES[case_name], model(case_name, jax_gpu=path == "JAX_GPU")
+    case, m = CASES[case_name], model(case_name)
     logp, dlogp = LOGP_PATHS[path](m)
     for point, (want_logp, want_dlogp) in zip(fixed_points(m), numba_logp_at_points(case_name), strict=True):
         np.testing.assert_allclose(float(logp(point)), want_logp, rtol=case.logp_rtol)
