@@ -2,7 +2,8 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= test
+# conformance: rich and hypothesis, for `run` and `conformance`; test: the test and benchmark tools.
+EXTRAS ?= conformance,test
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # Two simulated host devices, so that JAX paths run on a non-default device

@@ -1,10 +1,27 @@
-"""Command line: ``python -m gpubackend {run,conformance} ...``."""
+"""Command line: ``python -m gpubackend {run,conformance} ...``.
+
+Both commands need the ``conformance`` extra (rich for their tables and
+progress, hypothesis for generated graphs), which ``import gpubackend`` does
+not. Without it they say how to install it and exit 2, before importing
+anything that needs it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
+
+CONFORMANCE_EXTRA = ("rich", "hypothesis")
+"""The packages of ``gpubackend[conformance]`` (pyproject.toml's ``conformance`` extra)."""
+
+EXTRA_MISSING_STATUS = 2
+
+
+def missing_conformance_packages() -> list[str]:
+    """The packages of the conformance extra that cannot be imported here."""
+    return [name for name in CONFORMANCE_EXTRA if importlib.util.find_spec(name) is None]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -12,11 +29,22 @@ def main(argv: list[str] | None = None) -> int:
     # Before anything starts JAX: conformance workers share the GPU with this
     # process, so none may reserve 75% of its memory up front (JAX's default).
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    parser = argparse.ArgumentParser(prog="gpubackend", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="gpubackend",
+        description=__doc__.splitlines()[0],
+        epilog="Both commands need the conformance extra: pip install 'gpubackend[conformance]'.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="the main job: compile and run on every usable backend and device", add_help=False)
     commands.add_parser("conformance", help="run or merge the conformance suite", add_help=False)
     args, rest = parser.parse_known_args(argv)
+    if missing := missing_conformance_packages():
+        print(
+            f"gpubackend {args.command}: needs the conformance extra, which is not installed (missing: "
+            f"{', '.join(missing)}). Install it with: pip install 'gpubackend[conformance]'",
+            file=sys.stderr,
+        )
+        return EXTRA_MISSING_STATUS
     if args.command == "run":
         from gpubackend.main_job import main as run_main
 

@@ -8,6 +8,11 @@ a quick subset (`QUICK_CASES`), with ``--full`` the whole catalogue.
 Why a subset: a new user starts with a cold compile cache, and the whole
 catalogue's cold Numba compiles alone take minutes (the optimize solvers and
 Scan gradients dominate), while the main job should finish within a minute.
+
+It needs the ``conformance`` extra (rich prints its tables; half of it is the
+suite). Without it, ``python -m gpubackend run`` runs nothing and says how to
+install it (``gpubackend/__main__.py``): a demo printed without rich would need
+a second renderer of the same table.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpubackend.devices import describe_device, visible_devices
+from gpubackend.introspection import compiled_graph
 from gpubackend.mode import jax_gpu_mode
 
 
@@ -89,11 +95,12 @@ def run_demo(backend: str, mode: Mode, device: jax.Device | None) -> DemoRun:
         out = fn(x_value)
         resident_call = "host backend"
     elapsed = time.perf_counter() - start
-    inner_graph_ops = sorted({type(n.op).__name__ for n in fn.maker.fgraph.apply_nodes if hasattr(n.op, "fgraph")})
+    graph = compiled_graph(fn)
+    inner_graph_ops = sorted({type(n.op).__name__ for n in graph.apply_nodes if hasattr(n.op, "fgraph")})
     return DemoRun(
         backend=backend,
         device=describe_device(device) if device is not None else "cpu (host, real)",
-        compiled=f"{len(fn.maker.fgraph.apply_nodes)} nodes, inner graphs: {', '.join(inner_graph_ops) or 'none'}",
+        compiled=f"{len(graph.apply_nodes)} nodes, inner graphs: {', '.join(inner_graph_ops) or 'none'}",
         result=float(np.asarray(out)),
         output_location=_where(out),
         shared_location=_where(state.get_value(borrow=True)),

@@ -1,6 +1,8 @@
-"""The CI matrix files: the workflow's shape, actionlint, and the GPU leg's refusal to run without a GPU."""
+"""The CI matrix files: the workflow's shape, actionlint, the extras each leg installs, and the GPU leg's refusal to run without a GPU."""
 
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -40,6 +42,29 @@ def test_matrix_job_merges_every_leg(workflow):
     assert set(merge["needs"]) == {"cpu", "gpu"}
     assert merge["if"] == "always()"
     assert any("conformance merge" in step.get("run", "") for step in merge["steps"])
+
+
+def installed_extras(make_arguments: list[str]) -> set[str]:
+    """The extras that ``make venv`` with these arguments installs, read from its dry run."""
+    result = subprocess.run(
+        ["make", "-n", "-B", "--no-print-directory", "venv", *make_arguments], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    installs = re.findall(r'pip install -q -e "\.\[([^\]]*)\]"', result.stdout)
+    assert len(installs) == 1, result.stdout
+    return set(installs[0].split(","))
+
+
+def test_every_leg_installs_the_conformance_extra(workflow):
+    """The suite's commands need gpubackend[conformance]: make run/test/conformance, the GPU leg, the matrix job."""
+    assert {"conformance", "test"} <= installed_extras([])
+    leg_extras = re.findall(r'^\s*extras="([^"]+)"$', GPU_LEG.read_text(), re.MULTILINE)
+    assert len(leg_extras) == 2  # the simulated leg and the real one
+    for extras in leg_extras:
+        assert {"conformance", "test"} <= installed_extras([f"EXTRAS={extras}"])
+    merge = next(step["run"] for step in workflow["jobs"]["matrix"]["steps"] if "conformance merge" in step.get("run", ""))
+    make_venv = shlex.split(next(line for line in merge.splitlines() if line.strip().startswith("make venv")))
+    assert "conformance" in installed_extras(make_venv[2:])
 
 
 def test_numba_cache_is_kept_between_runs(workflow):

@@ -2,7 +2,7 @@
 # The GPU leg of the CI matrix. Run from anywhere; it works in the repository root.
 #
 #   ci/gpu/run.sh                on a self-hosted runner with an NVIDIA GPU: builds .venv with
-#                                the cuda13 extra (jax[cuda13], cupy-cuda13x)
+#                                the conformance, test and cuda13 (jax[cuda13], cupy-cuda13x) extras
 #   ci/gpu/run.sh --cuda 12      the same with the cuda12 extra, for CUDA 12 drivers
 #   ci/gpu/run.sh --python PATH  use an already-provisioned Python (a path or a command name) (JAX with CUDA, PyTensor, ...
 #                                installed; e.g. a container with no package index) instead of
@@ -47,14 +47,14 @@ if $simulate; then
   export XLA_FLAGS="--xla_force_host_platform_device_count=2"
   export GPUBACKEND_DEVICE="cpu:1"
   label="gpu leg (simulated: 2 host devices)"
-  extras="test"
+  extras="conformance,test"
   reports="${REPORTS:-reports/gpu-simulated}"
 else
   command -v nvidia-smi >/dev/null 2>&1 || no_gpu "nvidia-smi is not installed"
   nvidia-smi -L >/dev/null 2>&1 || no_gpu "nvidia-smi lists no device"
   export GPUBACKEND_DEVICE="gpu"
   label="gpu leg"
-  extras="test,cuda$cuda"
+  extras="conformance,test,cuda$cuda"
   reports="${REPORTS:-reports/gpu}"
 fi
 # Parallel test workers must not each grab 75% of the GPU's memory.

@@ -24,8 +24,8 @@ from gpubackend.conformance.fingerprint import (
 )
 from gpubackend.conformance.probe import CALL, LINK, RewriteFreeProbe
 from gpubackend.conformance.results import CheckResult
-from gpubackend.device_inputs import DeviceResidentInput
 from gpubackend.devices import resolve_device
+from gpubackend.introspection import compiled_graph, device_resident_inputs
 
 
 def check_numerics(graph: CaseGraph, reference: Sequence[np.ndarray], calls: Sequence[Sequence]) -> CheckResult:
@@ -83,7 +83,7 @@ def check_baked(case: Case, graph: CaseGraph, fn: Function, bakes_inplace: bool)
     """The compiled graph holds baked ops; canonical ops it still holds carry no baked inplace."""
     canonical = inner_graph_ops(graph.outputs)
     canonical_ids = {id(op) for op in canonical}
-    compiled = inner_graph_ops(fn.maker.fgraph.outputs)
+    compiled = inner_graph_ops(compiled_graph(fn).outputs)
     reused = [op for op in compiled if id(op) in canonical_ids]
     baked = [op for op in compiled if id(op) not in canonical_ids]
     detail = f"{len(baked)} baked inner-graph ops, {len(reused)} canonical ops left unchanged by baking"
@@ -99,10 +99,10 @@ def check_baked(case: Case, graph: CaseGraph, fn: Function, bakes_inplace: bool)
 
 def resident_inputs(fn: Function, values: Sequence, device: jax.Device) -> list:
     """The test values, already on ``device`` wherever the function keeps that input on the device."""
-    # input_storage continues with shared variables' containers after the explicit inputs
+    # values covers the explicit inputs; the shared variables' flags after theirs go unused
     return [
-        jax.device_put(value, device) if isinstance(container.type, DeviceResidentInput) else value
-        for container, value in zip(fn.input_storage, values, strict=False)
+        jax.device_put(value, device) if resident else value
+        for resident, value in zip(device_resident_inputs(fn), values, strict=False)
     ]
 
 

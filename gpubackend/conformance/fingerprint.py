@@ -4,12 +4,14 @@ A fingerprint records, per op, the op object and its hash, the identity of its
 frozen graph, and for every node its identity, op, input and output identities
 and destroy map. Two fingerprints of the same outputs compare equal exactly
 when no canonical inner-graph op was replaced, rebuilt or mutated in between.
+A fingerprint holds the graphs it recorded, so that no identity it records
+can be reused by a new object while it lives.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pytensor.graph.basic import Variable
 from pytensor.graph.op import HasMultipleInnerGraph, Op
@@ -23,6 +25,8 @@ class OpRecord:
     op_repr: str
     op_hash: int
     graphs: tuple[tuple[str, int, tuple[NodeRecord, ...]], ...]
+    recorded: tuple = field(compare=False, repr=False)
+    """The op, its inner graphs and their nodes (which hold their variables): the identities above stay theirs."""
 
 
 Fingerprint = dict[int, OpRecord]
@@ -76,11 +80,11 @@ def _node_record(node) -> NodeRecord:
 
 
 def op_record(op: HasMultipleInnerGraph) -> OpRecord:
+    nodes = {name: graph.toposort() for name, graph in op.inner_graphs.items()}
     graphs = tuple(
-        (name, id(graph), tuple(_node_record(node) for node in graph.toposort()))
-        for name, graph in op.inner_graphs.items()
+        (name, id(graph), tuple(map(_node_record, nodes[name]))) for name, graph in op.inner_graphs.items()
     )
-    return OpRecord(id(op), f"{type(op).__name__}({op})", hash(op), graphs)
+    return OpRecord(id(op), f"{type(op).__name__}({op})", hash(op), graphs, (op, op.inner_graphs, nodes))
 
 
 def fingerprint(outputs: Iterable[Variable]) -> Fingerprint:
