@@ -15,6 +15,7 @@ object-mode path and emits one `ObjectModeFallbackWarning` naming the method.
 import re
 import warnings
 from collections.abc import Callable
+from typing import NamedTuple
 from hashlib import sha256
 
 import numpy as np
@@ -55,13 +56,14 @@ from gpubackend.solvers.secant import make_secant
 from gpubackend.solvers.trust_exact import make_trust_exact
 
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
-SOLVER_CACHE_VERSION = 1
+SOLVER_CACHE_VERSION = 2
 
 
-# (op type, method) -> (problem adapter, solver factory). A vector solver is
-# ``make(fun)(x0, args, settings) -> (x, converged)``; a scalar one (the ops
-# deriving from `ScipyScalarWrapperOp`) is
-# ``make(fun)(args, x0, interval, settings) -> (x, converged)``.
+# (op type, native solver) -> (problem adapter, solver factory). A vector
+# solver is ``make(fun)(x0, args, settings) -> (x, converged)``; a scalar one
+# (the ops deriving from `ScipyScalarWrapperOp`) is
+# ``make(fun)(args, x0, interval, settings) -> (x, converged)``; ``settings``
+# is the method's typed scipy settings (`gpubackend.scipy_options.settings`).
 _SOLVERS: dict[tuple[type, str], tuple[Callable, Callable]] = {
     (MinimizeOp, "bfgs"): (problem.value_and_gradient, make_bfgs),
     (MinimizeOp, "l-bfgs-b"): (problem.value_and_gradient, make_projected_lbfgs),
@@ -111,7 +113,7 @@ def _bind_inputs(op: ScipyWrapperOp, run: Callable, interval_name: str | None) -
     )
 
 
-def _vector_runner(solve: Callable, settings: tuple, dtype: str) -> Callable:
+def _vector_runner(solve: Callable, settings: NamedTuple, dtype: str) -> Callable:
     scalar_type = np.dtype(dtype).type
 
     @numba_njit
@@ -122,7 +124,7 @@ def _vector_runner(solve: Callable, settings: tuple, dtype: str) -> Callable:
     return run
 
 
-def _scalar_runner(solve: Callable, settings: tuple, dtype: str) -> Callable:
+def _scalar_runner(solve: Callable, settings: NamedTuple, dtype: str) -> Callable:
     scalar_type = np.dtype(dtype).type
 
     @numba_njit
@@ -151,7 +153,7 @@ def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | N
         op.fgraph, fgraph_name=f"numba_{type(op).__name__.lower()}_inner", ofg_memo=kwargs.get("ofg_memo")
     )
     x_type = op.inner_inputs[0].type
-    adapter, make_solver = _SOLVERS[(type(op), plan.method)]
+    adapter, make_solver = _SOLVERS[(type(op), plan.solver)]
     if isinstance(op, ScipyScalarWrapperOp):
         fun = adapter(inner, problem.scalar_to_inner(x_type.dtype))
         run = _scalar_runner(make_solver(fun), plan.settings, x_type.dtype)
