@@ -26,6 +26,12 @@ class ScipyMethod:
     """The op input (``bounds``, ``bracket``) without which scipy refuses the method."""
     refuses_input: str | None = None
     """The op input scipy refuses for this method."""
+    lacks: frozenset[str] = frozenset()
+    """Fields of the settings family that this method does not take (they keep their default)."""
+
+    def options(self) -> tuple[str, ...]:
+        """The scipy option names this method takes."""
+        return tuple(name for name in self.defaults._fields if name not in self.lacks)
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,8 @@ OP_OPTIONS: dict[type, OpOptions] = {
     MinimizeOp: OpOptions(
         "minimize",
         _by_key(
-            ScipyMethod("BFGS", s.BFGSSettings(), ("gtol",)),
-            ScipyMethod("CG", s.CGSettings(), ("gtol",)),
+            ScipyMethod("BFGS", s.BFGS, ("gtol",)),
+            ScipyMethod("CG", s.CG, ("gtol",), lacks=frozenset({"xrtol"})),
             ScipyMethod("L-BFGS-B", s.LBFGSBSettings(), ("ftol", "gtol")),
             ScipyMethod("Newton-CG", s.NewtonCGSettings(), ("xtol",)),
             ScipyMethod("trust-exact", s.TrustExactSettings(), ("gtol",)),

@@ -73,7 +73,7 @@ def resolve(op: ScipyWrapperOp) -> ResolvedOptions:
     method = scipy_method(op)
     _check_inputs(options.kind, method, op.bound_kwargs)
     given = _given_options(options, method, dict(op.optimizer_kwargs))
-    fields = method.defaults._fields
+    fields = method.options()
     if unknown := sorted(set(given) - set(fields)):
         raise UnsupportedOption(
             f"{options.kind}(method={method.name!r}): {unknown} are not options of this method; "

@@ -29,8 +29,11 @@ SQRT_EPS = float(np.sqrt(_EPS))
 MINPACK_XTOL = 1.49012e-08
 
 
-class BFGSSettings(NamedTuple):
-    """``minimize(method="BFGS")``: stop when ``max|grad| <= gtol``, or a step is below ``xrtol``."""
+class LineSearchSettings(NamedTuple):
+    """``minimize(method="BFGS" | "CG")``: stop when ``max|grad| <= gtol``; BFGS also when a step is below ``xrtol``.
+
+    CG takes no ``xrtol`` (scipy's CG has no such test): it stays 0.
+    """
 
     gtol: float = 1e-5
     norm: float = np.inf
@@ -38,16 +41,6 @@ class BFGSSettings(NamedTuple):
     c1: float = 1e-4
     c2: float = 0.9
     xrtol: float = 0.0
-
-
-class CGSettings(NamedTuple):
-    """``minimize(method="CG")``: nonlinear conjugate gradients, stop when ``max|grad| <= gtol``."""
-
-    gtol: float = 1e-5
-    norm: float = np.inf
-    maxiter: int = SIZE_DEPENDENT
-    c1: float = 1e-4
-    c2: float = 0.4
 
 
 class LBFGSBSettings(NamedTuple):
@@ -137,6 +130,8 @@ class SecantSettings(NamedTuple):
     x1: float = np.nan
 
 
+BFGS = LineSearchSettings()
+CG = LineSearchSettings(c2=0.4)
 BRENT = BracketMinimizeSettings(xtol=1.48e-8, maxiter=500)
 GOLDEN = BracketMinimizeSettings(xtol=SQRT_EPS, maxiter=5000)
 BRACKETING_ROOT = RootScalarSettings(xtol=2e-12, rtol=4 * _EPS, maxiter=100)

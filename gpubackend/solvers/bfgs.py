@@ -15,7 +15,7 @@ from gpubackend.solvers.line_search import make_strong_wolfe
 
 
 def make_bfgs(fun: Callable) -> Callable:
-    """``solve(x0, args, settings: BFGSSettings) -> (x, converged)``."""
+    """``solve(x0, args, settings: LineSearchSettings) -> (x, converged)``."""
     line_search = make_strong_wolfe(fun)
 
     @solver_njit

@@ -109,11 +109,11 @@ def _iterations(solver: optx.AbstractMinimiser, maxiter: int, max_evaluations: i
     return SolverChoice(ScipyIterations(solver, maxiter), max_steps)
 
 
-def _bfgs(settings: s.BFGSSettings, n: int, dtype: str) -> SolverChoice:
+def _bfgs(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
     return _iterations(optx.BFGS(*_floored(dtype, settings.gtol, settings.gtol)), minimize_maxiter(settings.maxiter, n))
 
 
-def _cg(settings: s.CGSettings, n: int, dtype: str) -> SolverChoice:
+def _cg(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
     solver = optx.NonlinearCG(*_floored(dtype, settings.gtol, settings.gtol))
     return _iterations(solver, minimize_maxiter(settings.maxiter, n))
 
