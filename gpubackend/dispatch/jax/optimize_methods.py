@@ -109,6 +109,8 @@ def _iterations(solver: optx.AbstractMinimiser, maxiter: int, max_evaluations: i
     return SolverChoice(ScipyIterations(solver, maxiter), max_steps)
 
 
+# optimistix has no gradient-norm test: a gradient method's ``gtol`` becomes the
+# tolerance of its Cauchy test (small change of both the iterate and the value).
 def _bfgs(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
     return _iterations(optx.BFGS(*_floored(dtype, settings.gtol, settings.gtol)), minimize_maxiter(settings.maxiter, n))
 
