@@ -56,6 +56,8 @@ from gpubackend.solvers.secant import make_secant
 from gpubackend.solvers.trust_exact import make_trust_exact
 
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
+# The key also names the modules the compiled code lives in: a cached entry
+# re-imports them by name, so one from before a move would fail to load.
 SOLVER_CACHE_VERSION = 2
 
 
@@ -166,7 +168,18 @@ def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | N
         return lowered, None
     key = sha256(
         str(
-            (type(op).__name__, plan, op.bound_kwargs, x_type.ndim, x_type.dtype, inner_key, SOLVER_CACHE_VERSION)
+            (
+                type(op).__name__,
+                plan,
+                op.bound_kwargs,
+                x_type.ndim,
+                x_type.dtype,
+                inner_key,
+                SOLVER_CACHE_VERSION,
+                __name__,
+                make_solver.__module__,
+                adapter.__module__,
+            )
         ).encode()
     ).hexdigest()
     return lowered, key
