@@ -42,6 +42,8 @@ class OpOptions:
     methods: Mapping[str, ScipyMethod]
     top_level: frozenset[str]
     """Keyword arguments read like options (``tol`` and ``options`` are handled apart)."""
+    takes_tol: bool = True
+    """Whether scipy's function has a ``tol`` argument (``root_scalar`` has none)."""
 
     def method(self, name: str) -> ScipyMethod | None:
         """scipy matches method names case-insensitively."""
@@ -95,5 +97,6 @@ OP_OPTIONS: dict[type, OpOptions] = {
             ScipyMethod("secant", s.SecantSettings()),
         ),
         frozenset({"xtol", "rtol", "maxiter", "x1"}),
+        takes_tol=False,
     ),
 }

@@ -99,9 +99,9 @@ def _check_inputs(kind: str, method: ScipyMethod, bound_inputs: tuple[str, ...])
 def _given_options(options: OpOptions, method: ScipyMethod, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The options the caller set: the ``options`` dict, then top-level keys, then ``tol``."""
     given = dict(kwargs.pop("options", None) or {})
-    tol = kwargs.pop("tol", None) if options.kind != "root_scalar" else None
+    tol = kwargs.pop("tol", None) if options.takes_tol else None
     if unknown := sorted(set(kwargs) - options.top_level - _COSMETIC):
-        expected = sorted(options.top_level | ({"options"} | ({"tol"} if options.kind != "root_scalar" else set())))
+        expected = sorted(options.top_level | {"options"} | ({"tol"} if options.takes_tol else set()))
         raise UnsupportedOption(
             f"{options.kind}(method={method.name!r}): keyword arguments {unknown} are not supported; "
             f"expected some of {expected}"
