@@ -6,6 +6,9 @@ specialises the solver on the type of ``fun``, so the objective is compiled
 into the solver (no Python call per evaluation) and the result can be cached
 on disk with the function that calls it.
 
+Each solver's settings are the typed settings of its scipy method
+(`gpubackend.scipy_options.settings`), read by name.
+
 Solvers never raise on non-convergence: they return the last iterate with a
 ``converged`` flag.
 """

@@ -9,24 +9,21 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gpubackend.solvers.budgets import minimize_maxiter
 from gpubackend.solvers.jit import solver_njit
 from gpubackend.solvers.line_search import make_strong_wolfe
 
 
 def make_bfgs(fun: Callable) -> Callable:
-    """``solve(x0, args, (gtol, maxiter, c1, c2, xrtol)) -> (x, converged)``.
-
-    ``maxiter < 0`` means scipy's default of ``200 * len(x0)``.
-    """
+    """``solve(x0, args, settings: LineSearchSettings) -> (x, converged)``."""
     line_search = make_strong_wolfe(fun)
 
     @solver_njit
     def solve(x0, args, settings):
-        gtol, maxiter, c1, c2, xrtol = settings
+        gtol, c1, c2, xrtol = settings.gtol, settings.c1, settings.c2, settings.xrtol
         xk = x0.astype(np.float64)
         n = xk.shape[0]
-        if maxiter < 0:
-            maxiter = 200 * n
+        maxiter = minimize_maxiter(settings.maxiter, n)
         fk, gk = fun(xk, args)
         hess_inv = np.eye(n)
         old_old_fk = fk + np.linalg.norm(gk) / 2.0

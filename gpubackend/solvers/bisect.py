@@ -8,14 +8,14 @@ from gpubackend.solvers.jit import solver_njit
 
 
 def make_bisect(fun: Callable) -> Callable:
-    """``solve(args, x0, bracket, (xtol, rtol, maxiter)) -> (x, converged)``; ``x0`` is unused.
+    """``solve(args, x0, bracket, settings: RootScalarSettings) -> (x, converged)``; ``x0`` is unused.
 
     A bracket without a sign change gives ``converged=False`` (scipy raises).
     """
 
     @solver_njit
     def solve(args, x0, bracket, settings):
-        xtol, rtol, maxiter = settings
+        xtol, rtol, maxiter = settings.xtol, settings.rtol, settings.maxiter
         if bracket.shape[0] < 2:
             return np.nan, False
         xa, xb = bracket[0], bracket[1]

@@ -11,14 +11,16 @@ _GOLDEN_MEAN = 0.5 * (3.0 - np.sqrt(5.0))
 
 
 def make_bounded_minimize(fun: Callable) -> Callable:
-    """``solve(args, x0, bounds, (xatol, maxiter)) -> (x, converged)``; ``x0`` is unused, as in scipy.
+    """``solve(args, x0, bounds, settings: BoundedMinimizeSettings) -> (x, converged)``; ``x0`` is unused, as in scipy.
+
+    ``settings.maxiter`` counts evaluations, as scipy's does (fminbound's ``maxfun``).
 
     Bounds that are not two finite, ordered numbers give ``converged=False``.
     """
 
     @solver_njit
     def solve(args, x0, bounds, settings):
-        xatol, maxfun = settings
+        xatol, maxfun = settings.xatol, settings.maxiter
         if bounds.shape[0] != 2 or not (np.isfinite(bounds[0]) and np.isfinite(bounds[1])) or bounds[0] > bounds[1]:
             return np.nan, False
         a, b = bounds[0], bounds[1]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gpubackend.solvers.budgets import minpack_maxfev
 from gpubackend.solvers.jit import solver_njit
 from gpubackend.solvers.least_squares_step import all_finite, gauss_newton_step
 
@@ -40,18 +41,13 @@ def dogleg_step(jacobian, residual, gauss_newton, delta):
 
 
 def make_dogleg_root(fun: Callable) -> Callable:
-    """``solve(x0, args, (xtol, maxfev, factor)) -> (x, converged)``; ``fun`` returns ``(F, J)``.
-
-    ``maxfev <= 0`` means scipy's default of ``100 * (n + 1)``.
-    """
+    """``solve(x0, args, settings: HybrSettings) -> (x, converged)``; ``fun`` returns ``(F, J)``."""
 
     @solver_njit
     def solve(x0, args, settings):
-        xtol, maxfev, factor = settings
+        xtol, factor = settings.xtol, settings.factor
         x = x0.astype(np.float64)
-        n = x.shape[0]
-        if maxfev <= 0:
-            maxfev = 100 * (n + 1)
+        maxfev = minpack_maxfev(settings.maxfev, x.shape[0])
         residual, jacobian = fun(x, args)
         nfev = 1
         fnorm = np.linalg.norm(residual)

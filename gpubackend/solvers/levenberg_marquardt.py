@@ -13,24 +13,24 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gpubackend.solvers.budgets import minpack_maxfev
 from gpubackend.solvers.jit import solver_njit
 from gpubackend.solvers.least_squares_step import all_finite
 
 
 
 def make_levenberg_marquardt(fun: Callable) -> Callable:
-    """``solve(x0, args, (xtol, ftol, gtol, maxfev)) -> (x, converged)``; ``fun`` returns ``(F, J)``.
+    """``solve(x0, args, settings: LMSettings) -> (x, converged)``; ``fun`` returns ``(F, J)``.
 
-    ``maxfev <= 0`` means scipy's default of ``100 * (n + 1)``.
+    ``settings.maxiter`` counts evaluations of ``fun``, as scipy's does (MINPACK's ``maxfev``).
     """
 
     @solver_njit
     def solve(x0, args, settings):
-        xtol, ftol, gtol, maxfev = settings
+        xtol, ftol, gtol = settings.xtol, settings.ftol, settings.gtol
         x = x0.astype(np.float64)
         n = x.shape[0]
-        if maxfev <= 0:
-            maxfev = 100 * (n + 1)
+        maxfev = minpack_maxfev(settings.maxiter, n)
         residual, jacobian = fun(x, args)
         nfev = 1
         if not (all_finite(residual) and all_finite(jacobian)):

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gpubackend.solvers.budgets import minimize_maxiter
 from gpubackend.solvers.jit import solver_njit
 from gpubackend.solvers.line_search import make_strong_wolfe
 
@@ -47,7 +48,7 @@ def truncated_cg(hessian, gradient):
 
 
 def make_newton_cg(fun: Callable) -> Callable:
-    """``solve(x0, args, (xtol, maxiter, c1, c2)) -> (x, converged)``; ``maxiter < 0`` means ``200 * n``."""
+    """``solve(x0, args, settings: NewtonCGSettings) -> (x, converged)``."""
 
     @solver_njit
     def value_and_gradient(x, args):
@@ -58,11 +59,9 @@ def make_newton_cg(fun: Callable) -> Callable:
 
     @solver_njit
     def solve(x0, args, settings):
-        xtol, maxiter, c1, c2 = settings
+        xtol, c1, c2 = settings.xtol, settings.c1, settings.c2
         xk = x0.astype(np.float64)
-        n = xk.shape[0]
-        if maxiter < 0:
-            maxiter = 200 * n
+        maxiter = minimize_maxiter(settings.maxiter, xk.shape[0])
         fk, gk, hk = fun(xk, args)
         old_fk = np.nan
         update_size = 2.0 * xtol

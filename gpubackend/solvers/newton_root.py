@@ -14,13 +14,13 @@ from gpubackend.solvers.least_squares_step import gauss_newton_step
 
 
 def make_newton_root(fun: Callable) -> Callable:
-    """``solve(x0, args, (xtol, maxiter)) -> (x, converged)``; ``fun`` returns ``(F, J)``."""
+    """``solve(x0, args, settings: NewtonRootSettings) -> (x, converged)``; ``fun`` returns ``(F, J)``."""
 
     @solver_njit
     def solve(x0, args, settings):
-        xtol, maxiter = settings
+        xtol = settings.xtol
         x = x0.astype(np.float64)
-        for _ in range(maxiter):
+        for _ in range(settings.maxiter):
             residual, jacobian = fun(x, args)
             if np.all(residual == 0.0):
                 return x, True

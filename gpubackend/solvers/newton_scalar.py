@@ -6,14 +6,14 @@ from gpubackend.solvers.jit import solver_njit
 
 
 def make_newton_scalar(fun: Callable) -> Callable:
-    """``solve(args, x0, interval, (xtol, rtol, maxiter)) -> (x, converged)``.
+    """``solve(args, x0, interval, settings: RootScalarSettings) -> (x, converged)``.
 
     ``fun(x, args)`` returns ``(f, f')``; a zero derivative stops with ``converged=False``.
     """
 
     @solver_njit
     def solve(args, x0, interval, settings):
-        xtol, rtol, maxiter = settings
+        xtol, rtol, maxiter = settings.xtol, settings.rtol, settings.maxiter
         p0 = x0
         for _ in range(maxiter):
             fval, fder = fun(p0, args)

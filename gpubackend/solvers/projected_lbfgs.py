@@ -49,15 +49,17 @@ def _expand_bound(bound, n):
 
 
 def make_projected_lbfgs(fun: Callable) -> Callable:
-    """``solve(x0, args, (maxcor, ftol, gtol, maxiter, maxfun, maxls, lower, upper)) -> (x, converged)``.
+    """``solve(x0, args, settings: LBFGSBSettings) -> (x, converged)``.
 
-    ``lower``/``upper`` are tuples with one entry per element of ``x`` or a
-    single entry for all (``-inf``/``inf`` when unbounded).
+    ``settings.bounds`` is ``(lower, upper)``: tuples with one entry per
+    element of ``x`` or a single entry for all (``-inf``/``inf`` when unbounded).
     """
 
     @solver_njit
     def solve(x0, args, settings):
-        maxcor, ftol, gtol, maxiter, maxfun, maxls, lower, upper = settings
+        maxcor, ftol, gtol = settings.maxcor, settings.ftol, settings.gtol
+        maxiter, maxfun, maxls = settings.maxiter, settings.maxfun, settings.maxls
+        lower, upper = settings.bounds
         n = x0.shape[0]
         lo = _expand_bound(lower, n)
         hi = _expand_bound(upper, n)

@@ -10,14 +10,14 @@ _DEFAULT_OFFSET = 1e-4
 
 
 def make_secant(fun: Callable) -> Callable:
-    """``solve(args, x0, interval, (xtol, rtol, maxiter, x1)) -> (x, converged)``.
+    """``solve(args, x0, interval, settings: SecantSettings) -> (x, converged)``.
 
-    ``x1`` NaN means scipy's default second point next to ``x0``.
+    ``settings.x1`` NaN means scipy's default second point next to ``x0``.
     """
 
     @solver_njit
     def solve(args, x0, interval, settings):
-        xtol, rtol, maxiter, x1 = settings
+        xtol, rtol, maxiter, x1 = settings.xtol, settings.rtol, settings.maxiter, settings.x1
         p0 = x0
         if np.isnan(x1):
             p1 = x0 * (1 + _DEFAULT_OFFSET)

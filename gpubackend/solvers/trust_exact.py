@@ -1,7 +1,8 @@
 """Trust-region minimisation with the exact subproblem solution (scipy ``method="trust-exact"``).
 
-The outer loop follows scipy's ``_minimize_trust_region`` (radius 1 to start,
-at most 1000, acceptance ``rho > 0.15``, convergence on ``|g|_2 < gtol``). The
+The outer loop follows scipy's ``_minimize_trust_region`` (radius
+``initial_trust_radius`` to start, at most ``max_trust_radius``, acceptance
+``rho > eta``, convergence on ``|g|_2 < gtol``). The
 subproblem ``min g.p + p.H p / 2, |p| <= radius`` is solved exactly from the
 eigendecomposition of ``H`` (scipy iterates on Cholesky factors; both find the
 same global minimiser). ``fun(x, args)`` returns ``(f, grad, hess)``.
@@ -11,10 +12,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gpubackend.solvers.budgets import minimize_maxiter
 from gpubackend.solvers.jit import solver_njit
 
-_MAX_RADIUS = 1000.0
-_ETA = 0.15
 _SECULAR_ITERS = 100
 
 
@@ -62,14 +62,13 @@ def exact_subproblem(hessian, gradient, radius):
 
 
 def make_trust_exact(fun: Callable) -> Callable:
-    """``solve(x0, args, (gtol, maxiter, initial_trust_radius)) -> (x, converged)``; ``maxiter < 0`` means ``200 * n``."""
+    """``solve(x0, args, settings: TrustExactSettings) -> (x, converged)``."""
 
     @solver_njit
     def solve(x0, args, settings):
-        gtol, maxiter, radius = settings
+        gtol, radius = settings.gtol, settings.initial_trust_radius
         x = x0.astype(np.float64)
-        if maxiter < 0:
-            maxiter = 200 * x.shape[0]
+        maxiter = minimize_maxiter(settings.maxiter, x.shape[0])
         f, g, h = fun(x, args)
         k = 0
         while np.linalg.norm(g) >= gtol:
@@ -83,8 +82,8 @@ def make_trust_exact(fun: Callable) -> Callable:
             if rho < 0.25:
                 radius *= 0.25
             elif rho > 0.75 and hits_boundary:
-                radius = min(2.0 * radius, _MAX_RADIUS)
-            if rho > _ETA:
+                radius = min(2.0 * radius, settings.max_trust_radius)
+            if rho > settings.eta:
                 x, f, g, h = x_new, f_new, g_new, h_new
             k += 1
             if k >= maxiter:

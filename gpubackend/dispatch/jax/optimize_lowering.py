@@ -21,15 +21,9 @@ import optimistix as optx
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp, ScipyWrapperOp
 
 from gpubackend.dispatch.jax.bracket import expand_bracket
-from gpubackend.dispatch.jax.optimize_methods import (
-    BRACKETING_ROOT_METHODS,
-    SolverChoice,
-    minimize_scalar_solver,
-    minimize_solver,
-    root_scalar_solver,
-    root_solver,
-)
+from gpubackend.dispatch.jax.optimize_methods import SolverChoice, solver_choice
 from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
+from gpubackend.scipy_options import scipy_method
 
 Objective = Callable[[jax.Array, tuple], jax.Array]
 
@@ -64,25 +58,26 @@ def _solved(solve: Callable, fn: Objective, choice: SolverChoice, x0, args: tupl
     return solution.value.astype(x0.dtype), solution.result == optx.RESULTS.successful
 
 
-def _vector_solve(op: ScipyWrapperOp, kwargs: dict, choose: Callable[..., SolverChoice], solve: Callable) -> Callable:
+def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable) -> Callable:
     """Lower a vector minimize/root op: ``solve`` is ``optx.minimise`` or ``optx.root_find``."""
     dtype = _dtype(op)
-    choose(op.method, op.optimizer_kwargs, n_variables=1, dtype=dtype)  # refuse unsupported methods at compile time
+    solver_choice(op, n_variables=1, dtype=dtype)  # refuse unsupported methods and options at compile time
     objective = _objective(op, kwargs)
 
     def vector_solve(x0, *args):
         x0 = _start(x0, dtype)
-        return _solved(solve, objective, choose(op.method, op.optimizer_kwargs, n_variables=x0.size, dtype=dtype), x0, args)
+        # scipy's size-dependent budgets need the size of x, known when tracing.
+        return _solved(solve, objective, solver_choice(op, n_variables=x0.size, dtype=dtype), x0, args)
 
     return vector_solve
 
 
 def jax_funcify_MinimizeOp(op: MinimizeOp, node=None, **kwargs) -> Callable:
-    return _vector_solve(op, kwargs, minimize_solver, optx.minimise)
+    return _vector_solve(op, kwargs, optx.minimise)
 
 
 def jax_funcify_RootOp(op: RootOp, node=None, **kwargs) -> Callable:
-    return _vector_solve(op, kwargs, root_solver, optx.root_find)
+    return _vector_solve(op, kwargs, optx.root_find)
 
 
 def _bounds_by_name(op: ScipyWrapperOp, outer_inputs: Sequence) -> tuple[tuple, dict[str, jax.Array]]:
@@ -104,9 +99,7 @@ def _search_interval(objective: Objective, bounds: dict, args: tuple, max_steps:
 
 def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> Callable:
     dtype = _dtype(op)
-    choice = minimize_scalar_solver(op.method, op.optimizer_kwargs, dtype=dtype)
-    if op.method == "bounded" and "bounds" not in op.bound_kwargs:
-        raise ValueError("minimize_scalar(method='bounded') needs `bounds`")
+    choice = solver_choice(op, n_variables=1, dtype=dtype)
     objective = _objective(op, kwargs)
 
     def minimize_scalar(x0, *inputs):
@@ -126,10 +119,8 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> C
 
 def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
     dtype = _dtype(op)
-    choice = root_scalar_solver(op.method, op.optimizer_kwargs, dtype=dtype)
-    brackets = op.method in BRACKETING_ROOT_METHODS
-    if brackets and "bracket" not in op.bound_kwargs:
-        raise ValueError(f"root_scalar(method={op.method!r}) needs a `bracket` (a, b) on which the equation changes sign")
+    choice = solver_choice(op, n_variables=1, dtype=dtype)
+    brackets = scipy_method(op).needs_input == "bracket"
     equation = _objective(op, kwargs)
 
     def root_scalar(x0, *inputs):

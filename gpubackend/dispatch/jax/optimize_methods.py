@@ -1,31 +1,36 @@
 """Which optimistix solver stands in for a scipy method, with its tolerances and step budget.
 
-The optimize ops of ``pytensor.tensor.optimize`` name scipy methods and carry
-scipy keyword arguments. This module translates both, once, when a graph is
-funcified; anything without a faithful JAX counterpart (constraints, bounds on a
-gradient method, SLSQP, ...) is refused with a `NotImplementedError` that names
-the method and the supported ones.
+The op's method and options are read once, with scipy's names and defaults,
+by `gpubackend.scipy_options` (the source the Numba lowering reads too); this
+module maps those settings onto optimistix. Budgets keep scipy's meaning:
+``maxiter`` of ``minimize`` counts accepted moves of the iterate
+(`ScipyIterations`), MINPACK's ``maxfev`` and the scalar methods' ``maxiter``
+count evaluations, which are optimistix steps there. Anything without a
+faithful JAX counterpart (constraints, bounds on a gradient method, SLSQP, an
+option optimistix has no knob for, ...) is refused with a `NotImplementedError`
+that names it and what is supported.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
+from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp, ScipyWrapperOp
+
+from gpubackend.scipy_options import minimize_maxiter, minpack_maxfev, op_options, resolve
+from gpubackend.scipy_options import settings as s
 
 # optimistix's NelderMead is left out on purpose: on a smooth 3-variable
 # quadratic-plus-quartic it reports success at points that are not minima
 # (its start simplex collapses), which would be a silently wrong answer.
 
-# Keyword arguments that change nothing about the answer (printing, history).
-_COSMETIC_OPTIONS = frozenset({"disp", "return_all", "iprint"})
-
-_Factory = Callable[[float, float], Any]
+_BACKEND = "JAX (optimistix) lowering"
 
 
 @dataclass(frozen=True)
@@ -34,27 +39,6 @@ class SolverChoice:
 
     solver: Any
     max_steps: int
-
-
-@dataclass(frozen=True)
-class _Family:
-    """The scipy methods one op kind accepts and how to read its keyword arguments."""
-
-    kind: str
-    solvers: Mapping[str, _Factory]
-    top_level_keys: frozenset[str]
-
-    def supported(self) -> str:
-        return ", ".join(sorted(self.solvers))
-
-    def solver_factory(self, method: str) -> _Factory:
-        factory = self.solvers.get(method) or self.solvers.get(method.lower())
-        if factory is None:
-            raise NotImplementedError(
-                f"{self.kind}: method {method!r} has no JAX (optimistix) equivalent; "
-                f"supported methods are {self.supported()}"
-            )
-        return factory
 
 
 class ScipyIterations(optx.AbstractMinimiser):
@@ -109,110 +93,118 @@ EVALUATIONS_PER_ITERATION = 64
 step 64 times has stalled (2**-64), so the iteration count is what stops a solve."""
 
 
-def _minimiser(cls) -> _Factory:
-    return lambda rtol, atol: cls(rtol=rtol, atol=atol)
 
 
-MINIMIZE = _Family(
-    kind="minimize",
-    solvers={
-        "BFGS": _minimiser(optx.BFGS),
-        "L-BFGS-B": _minimiser(optx.LBFGS),
-        "CG": _minimiser(optx.NonlinearCG),
-    },
-    top_level_keys=frozenset({"tol", "options"}),
-)
-ROOT = _Family(
-    kind="root",
-    solvers={
-        "hybr": _minimiser(optx.Dogleg),
-        "lm": _minimiser(optx.LevenbergMarquardt),
-    },
-    top_level_keys=frozenset({"tol", "options"}),
-)
-MINIMIZE_SCALAR = _Family(
-    kind="minimize_scalar",
-    solvers={name: _minimiser(optx.GoldenSearch) for name in ("brent", "golden", "bounded")},
-    top_level_keys=frozenset({"tol", "options"}),
-)
-ROOT_SCALAR = _Family(
-    kind="root_scalar",
-    solvers={
-        # The lowering orients the equation so that it rises across the bracket:
-        # optimistix's own sign detection raises inside the compiled function.
-        **{
-            name: lambda rtol, atol: optx.Bisection(rtol=rtol, atol=atol, flip=False)
-            for name in ("bisect", "brentq", "brenth", "ridder", "toms748")
-        },
-        **{name: _minimiser(optx.Newton) for name in ("newton", "secant", "halley")},
-    },
-    top_level_keys=frozenset({"xtol", "rtol", "maxiter"}),
-)
-
-BRACKETING_ROOT_METHODS = frozenset({"bisect", "brentq", "brenth", "ridder", "toms748"})
-
-_EPS = float(np.finfo(np.float64).eps)
-
-
-def _choice(factory: _Factory, rtol: float, atol: float, max_steps: int, dtype: str) -> SolverChoice:
+def _floored(dtype: str, rtol: float, atol: float) -> tuple[float, float]:
     """Tolerances no finer than ``dtype`` can resolve, so float32 solves can still terminate."""
     eps = float(np.finfo(dtype).eps)
-    return SolverChoice(factory(max(float(rtol), 4 * eps), max(float(atol), 16 * eps)), int(max_steps))
+    return max(float(rtol), 4 * eps), max(float(atol), 16 * eps)
 
 
-def _check_keys(family: _Family, method: str, given: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
-    unknown = sorted(set(given) - allowed - _COSMETIC_OPTIONS)
-    if unknown:
+def _iterations(solver: optx.AbstractMinimiser, maxiter: int, max_evaluations: int | None = None) -> SolverChoice:
+    """A minimiser stopped after ``maxiter`` scipy iterations (and ``max_evaluations`` trial points, if given)."""
+    max_steps = EVALUATIONS_PER_ITERATION * (maxiter + 1)
+    if max_evaluations is not None:
+        max_steps = min(max_steps, max_evaluations)
+    return SolverChoice(ScipyIterations(solver, maxiter), max_steps)
+
+
+# optimistix has no gradient-norm test: a gradient method's ``gtol`` becomes the
+# tolerance of its Cauchy test (small change of both the iterate and the value).
+def _bfgs(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
+    return _iterations(optx.BFGS(*_floored(dtype, settings.gtol, settings.gtol)), minimize_maxiter(settings.maxiter, n))
+
+
+def _cg(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
+    solver = optx.NonlinearCG(*_floored(dtype, settings.gtol, settings.gtol))
+    return _iterations(solver, minimize_maxiter(settings.maxiter, n))
+
+
+def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:
+    # scipy stops on a small relative decrease of f (ftol) or a small gradient (gtol).
+    rtol, atol = _floored(dtype, settings.ftol, settings.gtol)
+    solver = optx.LBFGS(rtol=rtol, atol=atol, history_length=settings.maxcor)
+    return _iterations(solver, settings.maxiter, settings.maxfun)
+
+
+def _hybr(settings: s.HybrSettings, n: int, dtype: str) -> SolverChoice:
+    return SolverChoice(optx.Dogleg(*_floored(dtype, settings.xtol, settings.xtol)), minpack_maxfev(settings.maxfev, n))
+
+
+def _lm(settings: s.LMSettings, n: int, dtype: str) -> SolverChoice:
+    solver = optx.LevenbergMarquardt(*_floored(dtype, settings.xtol, settings.ftol))
+    return SolverChoice(solver, minpack_maxfev(settings.maxiter, n))
+
+
+def _golden_search(tolerance: float, maxiter: int, dtype: str) -> SolverChoice:
+    return SolverChoice(optx.GoldenSearch(*_floored(dtype, tolerance, tolerance * 1e-3)), maxiter)
+
+
+def _bracket_minimize(settings: s.BracketMinimizeSettings, n: int, dtype: str) -> SolverChoice:
+    return _golden_search(settings.xtol, settings.maxiter, dtype)
+
+
+def _bounded_minimize(settings: s.BoundedMinimizeSettings, n: int, dtype: str) -> SolverChoice:
+    return _golden_search(settings.xatol, settings.maxiter, dtype)
+
+
+def _bisection(settings: s.RootScalarSettings, n: int, dtype: str) -> SolverChoice:
+    # The lowering orients the equation so that it rises across the bracket:
+    # optimistix's own sign detection raises inside the compiled function.
+    rtol, atol = _floored(dtype, settings.rtol, settings.xtol)
+    return SolverChoice(optx.Bisection(rtol=rtol, atol=atol, flip=False), settings.maxiter)
+
+
+def _newton(settings: s.RootScalarSettings | s.SecantSettings, n: int, dtype: str) -> SolverChoice:
+    rtol, atol = _floored(dtype, settings.rtol, settings.xtol)
+    return SolverChoice(optx.Newton(rtol=rtol, atol=atol), settings.maxiter)
+
+
+class _JaxMethod(NamedTuple):
+    """How one scipy method runs on optimistix, and which of its options that honours."""
+
+    choose: Callable[[Any, int, str], SolverChoice]
+    honoured: frozenset[str]
+
+
+_ROOT_SCALAR_OPTIONS = frozenset({"xtol", "rtol", "maxiter"})
+
+_JAX_METHODS: dict[tuple[type, str], _JaxMethod] = {
+    (MinimizeOp, "bfgs"): _JaxMethod(_bfgs, frozenset({"gtol", "maxiter"})),
+    (MinimizeOp, "cg"): _JaxMethod(_cg, frozenset({"gtol", "maxiter"})),
+    (MinimizeOp, "l-bfgs-b"): _JaxMethod(_lbfgsb, frozenset({"ftol", "gtol", "maxiter", "maxfun", "maxcor"})),
+    (RootOp, "hybr"): _JaxMethod(_hybr, frozenset({"xtol", "maxfev"})),
+    (RootOp, "lm"): _JaxMethod(_lm, frozenset({"xtol", "ftol", "maxiter"})),
+    (MinimizeScalarOp, "brent"): _JaxMethod(_bracket_minimize, frozenset({"xtol", "maxiter"})),
+    (MinimizeScalarOp, "golden"): _JaxMethod(_bracket_minimize, frozenset({"xtol", "maxiter"})),
+    (MinimizeScalarOp, "bounded"): _JaxMethod(_bounded_minimize, frozenset({"xatol", "maxiter"})),
+    **{
+        (RootScalarOp, name): _JaxMethod(_bisection, _ROOT_SCALAR_OPTIONS)
+        for name in ("bisect", "brentq", "brenth", "ridder", "toms748")
+    },
+    **{(RootScalarOp, name): _JaxMethod(_newton, _ROOT_SCALAR_OPTIONS) for name in ("newton", "secant", "halley")},
+}
+
+
+def _jax_method(op: ScipyWrapperOp) -> _JaxMethod:
+    jax_method = _JAX_METHODS.get((type(op), op.method.lower()))
+    if jax_method is None:
+        options = op_options(op)
+        supported = sorted(options.methods[key].name for op_type, key in _JAX_METHODS if op_type is type(op))
         raise NotImplementedError(
-            f"{family.kind}(method={method!r}): {where} {unknown} are not supported by the JAX "
-            f"(optimistix) lowering; supported are {sorted(allowed)}"
+            f"{options.kind}: method {op.method!r} has no JAX (optimistix) equivalent; "
+            f"supported methods are {', '.join(supported)}"
         )
+    return jax_method
 
 
-def _options(family: _Family, method: str, kwargs: Mapping[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
-    _check_keys(family, method, kwargs, family.top_level_keys, "keyword arguments")
-    options = dict(kwargs.get("options") or {})
-    _check_keys(family, method, options, allowed, "options")
-    return options
+def solver_choice(op: ScipyWrapperOp, n_variables: int, dtype: str) -> SolverChoice:
+    """The optimistix solver and budget for ``op``, whose ``x`` has ``n_variables`` elements of ``dtype``.
 
-
-def minimize_solver(method: str, kwargs: Mapping[str, Any], n_variables: int, dtype: str) -> SolverChoice:
-    """The solver for ``scipy.optimize.minimize(method=method, **kwargs)``."""
-    factory = MINIMIZE.solver_factory(method)
-    options = _options(MINIMIZE, method, kwargs, frozenset({"maxiter", "gtol", "xtol", "ftol"}))
-    tol = kwargs.get("tol")
-    rtol = tol if tol is not None else options.get("xtol", 1e-8)
-    atol = tol if tol is not None else options.get("gtol", options.get("ftol", 1e-8))
-    default_iterations = 15000 if method == "L-BFGS-B" else 200 * max(n_variables, 1)
-    iterations = int(options.get("maxiter", default_iterations))
-    choice = _choice(factory, rtol, atol, iterations, dtype)
-    return SolverChoice(ScipyIterations(choice.solver, iterations), EVALUATIONS_PER_ITERATION * (iterations + 1))
-
-
-def root_solver(method: str, kwargs: Mapping[str, Any], n_variables: int, dtype: str) -> SolverChoice:
-    """The solver for ``scipy.optimize.root(method=method, **kwargs)``."""
-    factory = ROOT.solver_factory(method)
-    options = _options(ROOT, method, kwargs, frozenset({"xtol", "ftol", "maxiter", "maxfev"}))
-    tol = kwargs.get("tol")
-    rtol = tol if tol is not None else options.get("xtol", 1.49012e-08)
-    atol = tol if tol is not None else options.get("ftol", 1.49012e-08)
-    max_steps = options.get("maxiter", options.get("maxfev", 200 * (max(n_variables, 1) + 1)))
-    return _choice(factory, rtol, atol, max_steps, dtype)
-
-
-def minimize_scalar_solver(method: str, kwargs: Mapping[str, Any], dtype: str) -> SolverChoice:
-    """The solver for ``scipy.optimize.minimize_scalar(method=method, **kwargs)``."""
-    factory = MINIMIZE_SCALAR.solver_factory(method)
-    options = _options(MINIMIZE_SCALAR, method, kwargs, frozenset({"maxiter", "xtol", "xatol"}))
-    tol = kwargs.get("tol")
-    rtol = tol if tol is not None else options.get("xtol", options.get("xatol", np.sqrt(_EPS)))
-    return _choice(factory, rtol, float(rtol) * 1e-3, options.get("maxiter", 500), dtype)
-
-
-def root_scalar_solver(method: str, kwargs: Mapping[str, Any], dtype: str) -> SolverChoice:
-    """The solver for ``scipy.optimize.root_scalar(method=method, **kwargs)``."""
-    factory = ROOT_SCALAR.solver_factory(method)
-    _check_keys(ROOT_SCALAR, method, kwargs, ROOT_SCALAR.top_level_keys, "keyword arguments")
-    atol = kwargs.get("xtol", 2e-12)
-    rtol = kwargs.get("rtol", 4 * _EPS)
-    return _choice(factory, rtol, atol, kwargs.get("maxiter", 256), dtype)
+    Raises `NotImplementedError` for a method or a set option that has no
+    faithful optimistix counterpart, and `ValueError` for input scipy refuses.
+    """
+    jax_method = _jax_method(op)
+    resolved = resolve(op)
+    resolved.refuse_unless_honoured(jax_method.honoured, _BACKEND)
+    return jax_method.choose(resolved.settings, max(n_variables, 1), dtype)

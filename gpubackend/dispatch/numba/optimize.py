@@ -15,6 +15,7 @@ object-mode path and emits one `ObjectModeFallbackWarning` naming the method.
 import re
 import warnings
 from collections.abc import Callable
+from typing import NamedTuple
 from hashlib import sha256
 
 import numpy as np
@@ -55,13 +56,16 @@ from gpubackend.solvers.secant import make_secant
 from gpubackend.solvers.trust_exact import make_trust_exact
 
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
-SOLVER_CACHE_VERSION = 1
+# The key also names the modules the compiled code lives in: a cached entry
+# re-imports them by name, so one from before a move would fail to load.
+SOLVER_CACHE_VERSION = 2
 
 
-# (op type, method) -> (problem adapter, solver factory). A vector solver is
-# ``make(fun)(x0, args, settings) -> (x, converged)``; a scalar one (the ops
-# deriving from `ScipyScalarWrapperOp`) is
-# ``make(fun)(args, x0, interval, settings) -> (x, converged)``.
+# (op type, native solver) -> (problem adapter, solver factory). A vector
+# solver is ``make(fun)(x0, args, settings) -> (x, converged)``; a scalar one
+# (the ops deriving from `ScipyScalarWrapperOp`) is
+# ``make(fun)(args, x0, interval, settings) -> (x, converged)``; ``settings``
+# is the method's typed scipy settings (`gpubackend.scipy_options.settings`).
 _SOLVERS: dict[tuple[type, str], tuple[Callable, Callable]] = {
     (MinimizeOp, "bfgs"): (problem.value_and_gradient, make_bfgs),
     (MinimizeOp, "l-bfgs-b"): (problem.value_and_gradient, make_projected_lbfgs),
@@ -111,7 +115,7 @@ def _bind_inputs(op: ScipyWrapperOp, run: Callable, interval_name: str | None) -
     )
 
 
-def _vector_runner(solve: Callable, settings: tuple, dtype: str) -> Callable:
+def _vector_runner(solve: Callable, settings: NamedTuple, dtype: str) -> Callable:
     scalar_type = np.dtype(dtype).type
 
     @numba_njit
@@ -122,7 +126,7 @@ def _vector_runner(solve: Callable, settings: tuple, dtype: str) -> Callable:
     return run
 
 
-def _scalar_runner(solve: Callable, settings: tuple, dtype: str) -> Callable:
+def _scalar_runner(solve: Callable, settings: NamedTuple, dtype: str) -> Callable:
     scalar_type = np.dtype(dtype).type
 
     @numba_njit
@@ -151,7 +155,7 @@ def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | N
         op.fgraph, fgraph_name=f"numba_{type(op).__name__.lower()}_inner", ofg_memo=kwargs.get("ofg_memo")
     )
     x_type = op.inner_inputs[0].type
-    adapter, make_solver = _SOLVERS[(type(op), plan.method)]
+    adapter, make_solver = _SOLVERS[(type(op), plan.solver)]
     if isinstance(op, ScipyScalarWrapperOp):
         fun = adapter(inner, problem.scalar_to_inner(x_type.dtype))
         run = _scalar_runner(make_solver(fun), plan.settings, x_type.dtype)
@@ -164,7 +168,18 @@ def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | N
         return lowered, None
     key = sha256(
         str(
-            (type(op).__name__, plan, op.bound_kwargs, x_type.ndim, x_type.dtype, inner_key, SOLVER_CACHE_VERSION)
+            (
+                type(op).__name__,
+                plan,
+                op.bound_kwargs,
+                x_type.ndim,
+                x_type.dtype,
+                inner_key,
+                SOLVER_CACHE_VERSION,
+                __name__,
+                make_solver.__module__,
+                adapter.__module__,
+            )
         ).encode()
     ).hexdigest()
     return lowered, key

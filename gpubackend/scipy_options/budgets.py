@@ -1,0 +1,18 @@
+"""scipy's size-dependent iteration and evaluation budgets, for settings left at their default.
+
+Plain arithmetic on numbers, so the Numba solvers compile these very
+functions (``solver_njit(minimize_maxiter)``) and the JAX lowering calls them
+at trace time: the rule lives here once.
+"""
+
+from gpubackend.scipy_options.settings import MINPACK_DEFAULT, SIZE_DEPENDENT
+
+
+def minimize_maxiter(maxiter: int, n: int) -> int:
+    """``maxiter``, or scipy's ``200 * len(x0)`` where it is `SIZE_DEPENDENT`."""
+    return 200 * n if maxiter == SIZE_DEPENDENT else maxiter
+
+
+def minpack_maxfev(maxfev: int, n: int) -> int:
+    """``maxfev``, or MINPACK's ``100 * (n + 1)`` (with a Jacobian) where it is `MINPACK_DEFAULT`."""
+    return 100 * (n + 1) if maxfev == MINPACK_DEFAULT else maxfev

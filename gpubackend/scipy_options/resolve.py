@@ -1,0 +1,144 @@
+"""Read an optimize op's ``method`` and ``optimizer_kwargs`` into typed settings, as scipy would.
+
+`resolve` merges the top-level keyword arguments and the ``options`` dict,
+applies ``tol`` where scipy applies it (explicit options win), drops display
+flags, checks every name against the method's options and every value's type,
+and fills the rest with scipy's defaults. It refuses what it cannot read
+faithfully with `UnsupportedMethod` or `UnsupportedOption` (both
+`NotImplementedError`), naming the offender and what was expected; a value of
+the wrong kind, or an input scipy would refuse, is a `ValueError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+from pytensor.tensor.optimize import ScipyWrapperOp
+
+from gpubackend.scipy_options.methods import OP_OPTIONS, OpOptions, ScipyMethod
+
+# Keyword arguments that change nothing about the answer (printing, history).
+_COSMETIC = frozenset({"disp", "return_all", "iprint"})
+
+
+class UnsupportedMethod(NotImplementedError):
+    """The op names a scipy method gpubackend has no lowering for."""
+
+
+class UnsupportedOption(NotImplementedError):
+    """The op sets an option its method does not take (or a backend cannot honour)."""
+
+
+@dataclass(frozen=True)
+class ResolvedOptions:
+    """An op's scipy method, its settings, and which options the caller set (after ``tol``)."""
+
+    kind: str
+    method: ScipyMethod
+    settings: NamedTuple
+    given: frozenset[str]
+
+    def refuse_unless_honoured(self, honoured: frozenset[str], backend: str) -> None:
+        """Raise `UnsupportedOption` if the caller set an option ``backend`` does not honour."""
+        if ignored := sorted(self.given - honoured):
+            raise UnsupportedOption(
+                f"{self.kind}(method={self.method.name!r}): options {ignored} are not supported by the "
+                f"{backend}; supported are {sorted(honoured)}"
+            )
+
+
+def op_options(op: ScipyWrapperOp) -> OpOptions:
+    """How ``op``'s kind takes scipy's options."""
+    try:
+        return OP_OPTIONS[type(op)]
+    except KeyError:
+        raise TypeError(f"expected one of PyTensor's optimize ops {sorted(t.__name__ for t in OP_OPTIONS)}, got {op}") from None
+
+
+def scipy_method(op: ScipyWrapperOp) -> ScipyMethod:
+    """The scipy method ``op`` names; `UnsupportedMethod` if gpubackend lowers it on no backend."""
+    options = op_options(op)
+    method = options.method(op.method)
+    if method is None:
+        known = ", ".join(m.name for m in options.methods.values())
+        raise UnsupportedMethod(f"{options.kind}: method {op.method!r} is not one of {known}")
+    return method
+
+
+def resolve(op: ScipyWrapperOp) -> ResolvedOptions:
+    """``op``'s settings with scipy's names and defaults (see the module docstring)."""
+    options = op_options(op)
+    method = scipy_method(op)
+    _check_inputs(options.kind, method, op.bound_kwargs)
+    given = _given_options(options, method, dict(op.optimizer_kwargs))
+    fields = method.options()
+    if unknown := sorted(set(given) - set(fields)):
+        raise UnsupportedOption(
+            f"{options.kind}(method={method.name!r}): {unknown} are not options of this method; "
+            f"its options are {list(fields)}"
+        )
+    values = {
+        name: _coerce(options.kind, method, name, value, getattr(method.defaults, name))
+        for name, value in given.items()
+    }
+    return ResolvedOptions(options.kind, method, method.defaults._replace(**values), frozenset(values))
+
+
+def _check_inputs(kind: str, method: ScipyMethod, bound_inputs: tuple[str, ...]) -> None:
+    if method.needs_input and method.needs_input not in bound_inputs:
+        raise ValueError(f"{kind}(method={method.name!r}) needs `{method.needs_input}`, but none was given")
+    if method.refuses_input and method.refuses_input in bound_inputs:
+        raise ValueError(
+            f"{kind}(method={method.name!r}) does not take `{method.refuses_input}`"
+            + ("; use method='bounded'" if method.refuses_input == "bounds" else "")
+        )
+
+
+def _given_options(options: OpOptions, method: ScipyMethod, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The options the caller set: the ``options`` dict, then top-level keys, then ``tol``."""
+    given = dict(kwargs.pop("options", None) or {})
+    tol = kwargs.pop("tol", None) if options.takes_tol else None
+    if unknown := sorted(set(kwargs) - options.top_level - _COSMETIC):
+        expected = sorted(options.top_level | {"options"} | ({"tol"} if options.takes_tol else set()))
+        raise UnsupportedOption(
+            f"{options.kind}(method={method.name!r}): keyword arguments {unknown} are not supported; "
+            f"expected some of {expected}"
+        )
+    for key in options.top_level & set(kwargs):
+        given.setdefault(key, kwargs[key])
+    if tol is not None:
+        for target in method.tol_sets:
+            given.setdefault(target, tol)
+    return {name: value for name, value in given.items() if name not in _COSMETIC and value is not None}
+
+
+def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any) -> Any:
+    where = f"{kind}(method={method.name!r}) option {name!r}"
+    if name == "bounds":
+        return _box_bounds(where, value)
+    if isinstance(default, int):
+        # Negative budgets are the settings' own "scipy's default" sentinels, never a caller's.
+        if isinstance(value, bool) or not float(value).is_integer() or int(value) < 0:
+            raise ValueError(f"{where} must be a whole number >= 0, got {value!r}")
+        return int(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where} must be a number, got {value!r}") from None
+
+
+def _box_bounds(where: str, bounds: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """scipy ``bounds`` (``Bounds`` or ``(lower, upper)`` pairs, ``None`` = open) as two tuples."""
+    if hasattr(bounds, "lb") and hasattr(bounds, "ub"):
+        lower, upper = np.broadcast_arrays(np.asarray(bounds.lb, float), np.asarray(bounds.ub, float))
+        return tuple(map(float, np.atleast_1d(lower))), tuple(map(float, np.atleast_1d(upper)))
+    try:
+        pairs = [(-np.inf if lo is None else float(lo), np.inf if hi is None else float(hi)) for lo, hi in bounds]
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where} must be a scipy Bounds or a sequence of (lower, upper) pairs, got {bounds!r}") from error
+    if not pairs:
+        raise ValueError(f"{where} is empty; give one (lower, upper) pair per element of x")
+    lower, upper = zip(*pairs, strict=True)
+    return tuple(lower), tuple(upper)

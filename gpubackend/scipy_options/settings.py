@@ -1,0 +1,138 @@
+"""Typed settings of scipy's optimize methods: scipy's option names, scipy's defaults.
+
+One `NamedTuple` per method family. A resolved op carries one of these, and
+both backends read it by name: the JAX lowering turns it into an optimistix
+solver and step budget, the Numba lowering hands it to its solver as is
+(Numba types a `NamedTuple` field by field, so the settings compile in as
+constants and, printed, key the on-disk cache).
+
+Where scipy's default budget depends on the size of ``x`` (``200 * len(x0)``,
+MINPACK's ``100 * (n + 1)``), the field holds a sentinel and `budgets` turns
+it into a number once the size is known (at trace time under JAX, at run time
+under Numba).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+SIZE_DEPENDENT = -1
+"""``maxiter`` of a minimize method left at scipy's default ``200 * len(x0)`` (scipy: ``None``)."""
+
+MINPACK_DEFAULT = 0
+"""``maxfev`` (hybr) or ``maxiter`` (lm) left at MINPACK's default ``100 * (n + 1)``; scipy's own 0."""
+
+_EPS = float(np.finfo(np.float64).eps)
+SQRT_EPS = float(np.sqrt(_EPS))
+MINPACK_XTOL = 1.49012e-08
+
+
+class LineSearchSettings(NamedTuple):
+    """``minimize(method="BFGS" | "CG")``: stop when ``max|grad| <= gtol``; BFGS also when a step is below ``xrtol``.
+
+    CG takes no ``xrtol`` (scipy's CG has no such test): it stays 0.
+    """
+
+    gtol: float = 1e-5
+    norm: float = np.inf
+    maxiter: int = SIZE_DEPENDENT
+    c1: float = 1e-4
+    c2: float = 0.9
+    xrtol: float = 0.0
+
+
+class LBFGSBSettings(NamedTuple):
+    """``minimize(method="L-BFGS-B")``; ``bounds`` is ``(lower, upper)``, one entry per element of x or one for all."""
+
+    maxcor: int = 10
+    ftol: float = 2.2204460492503131e-09
+    gtol: float = 1e-5
+    maxfun: int = 15000
+    maxiter: int = 15000
+    maxls: int = 20
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
+
+
+class NewtonCGSettings(NamedTuple):
+    """``minimize(method="Newton-CG")``: stop when the 1-norm of the last update is at most ``xtol``."""
+
+    xtol: float = 1e-5
+    maxiter: int = SIZE_DEPENDENT
+    c1: float = 1e-4
+    c2: float = 0.9
+
+
+class TrustExactSettings(NamedTuple):
+    """``minimize(method="trust-exact")``: stop when ``|grad|_2 < gtol``."""
+
+    gtol: float = 1e-4
+    maxiter: int = SIZE_DEPENDENT
+    initial_trust_radius: float = 1.0
+    max_trust_radius: float = 1000.0
+    eta: float = 0.15
+
+
+class HybrSettings(NamedTuple):
+    """``root(method="hybr")`` (MINPACK hybrj): ``maxfev`` counts evaluations of the equations."""
+
+    xtol: float = MINPACK_XTOL
+    maxfev: int = MINPACK_DEFAULT
+    factor: float = 100.0
+
+
+class LMSettings(NamedTuple):
+    """``root(method="lm")`` (MINPACK lmder): scipy's ``maxiter`` counts evaluations (MINPACK's maxfev)."""
+
+    xtol: float = MINPACK_XTOL
+    ftol: float = MINPACK_XTOL
+    gtol: float = 0.0
+    maxiter: int = MINPACK_DEFAULT
+    factor: float = 100.0
+
+
+class NewtonRootSettings(NamedTuple):
+    """``root(method="newton")``, gpubackend's own: full Newton steps until one is at most ``xtol * (1 + |x|)``."""
+
+    xtol: float = MINPACK_XTOL
+    maxiter: int = 50
+
+
+class BracketMinimizeSettings(NamedTuple):
+    """``minimize_scalar(method="brent" | "golden")``: relative tolerance ``xtol`` on the bracketed minimum."""
+
+    xtol: float
+    maxiter: int
+
+
+class BoundedMinimizeSettings(NamedTuple):
+    """``minimize_scalar(method="bounded")``: absolute tolerance ``xatol``; ``maxiter`` counts evaluations."""
+
+    xatol: float = 1e-5
+    maxiter: int = 500
+
+
+class RootScalarSettings(NamedTuple):
+    """``root_scalar``: stop when a step or bracket is at most ``xtol + rtol * |x|``; at most ``maxiter`` iterations."""
+
+    xtol: float
+    rtol: float
+    maxiter: int
+
+
+class SecantSettings(NamedTuple):
+    """``root_scalar(method="secant")``; ``x1`` NaN stands for scipy's default second point next to ``x0``."""
+
+    xtol: float = 1.48e-8
+    rtol: float = 0.0
+    maxiter: int = 50
+    x1: float = np.nan
+
+
+BFGS = LineSearchSettings()
+CG = LineSearchSettings(c2=0.4)
+BRENT = BracketMinimizeSettings(xtol=1.48e-8, maxiter=500)
+GOLDEN = BracketMinimizeSettings(xtol=SQRT_EPS, maxiter=5000)
+BRACKETING_ROOT = RootScalarSettings(xtol=2e-12, rtol=4 * _EPS, maxiter=100)
+NEWTON_SCALAR = RootScalarSettings(xtol=1.48e-8, rtol=0.0, maxiter=50)

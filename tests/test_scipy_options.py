@@ -1,0 +1,246 @@
+"""The JAX and Numba lowerings read an optimize op's scipy options alike (`gpubackend.scipy_options`).
+
+Three checks: both backends resolve the same op to the same settings and
+spend the budget the caller gave (``maxiter`` counts what scipy counts);
+bad options get clear errors; and, run against scipy itself, a budget scipy
+runs out of leaves ``success`` False on both backends while twice scipy's own
+count lets both succeed. Each backend compiles all problems in one function.
+"""
+
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+import scipy.optimize
+from pytensor.tensor.optimize import minimize, minimize_scalar, root, root_scalar
+
+from gpubackend import ObjectModeFallbackWarning
+from gpubackend.dispatch.jax.optimize_methods import ScipyIterations, solver_choice
+from gpubackend.dispatch.numba.optimize_plan import has_native_solver, solver_plan
+from gpubackend.scipy_options import UnsupportedOption, resolve
+from tests.jax_lowering_harness import compile_checked
+
+X = pt.vector("x", shape=(4,))
+XR = pt.vector("xr", shape=(2,))
+Z = pt.scalar("z")
+INPUTS = [X, XR, Z]
+VALUES = [np.array([-1.2, 1.0, -0.5, 0.8]), np.zeros(2), np.array(1.0)]
+ROOT_TARGET = np.array([1.0, 0.3])
+
+
+def _rosenbrock(x):
+    return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+
+
+def _rosenbrock_gradient(x):
+    gradient = np.zeros_like(x)
+    rise = x[1:] - x[:-1] ** 2
+    gradient[:-1] += -400 * rise * x[:-1] - 2 * (1 - x[:-1])
+    gradient[1:] += 200 * rise
+    return gradient
+
+
+def _equations(x, a, stack):
+    return stack([x[0] + 0.5 * x[1] ** 3 - a[0], 0.5 * (x[1] - x[0]) ** 3 + x[1] - a[1]])
+
+
+def _jacobian(x):
+    cubed = 1.5 * (x[1] - x[0]) ** 2
+    return np.array([[1.0, 1.5 * x[1] ** 2], [-cubed, cubed + 1.0]])
+
+
+def _scalar_objective(z):
+    return (z - 1.5) ** 2 + 0.1 * z**4
+
+
+def _scalar_equation(z):
+    return z**3 + z - 3.0
+
+
+@dataclass(frozen=True, eq=False)
+class Case:
+    """One scipy method on one problem; ``budget`` is the option that bounds its work."""
+
+    kind: str
+    method: str
+    budget: str
+    interval: dict[str, Any]
+
+    def op_outputs(self, limit: int):
+        """``(solution, success)`` of the PyTensor op with ``budget=limit``."""
+        method, interval = self.method, self.interval
+        if self.kind == "minimize":
+            return minimize(_rosenbrock(X), X, method=method, optimizer_kwargs={"options": {self.budget: limit}})
+        if self.kind == "root":
+            equations = _equations(XR, pt.constant(ROOT_TARGET), pt.stack)
+            return root(equations, XR, method=method, optimizer_kwargs={"options": {self.budget: limit}})
+        if self.kind == "minimize_scalar":
+            options = {"options": {self.budget: limit}}
+            return minimize_scalar(_scalar_objective(Z), Z, method=method, optimizer_kwargs=options, **interval)
+        jac = method == "newton"
+        equation = _scalar_equation(Z)
+        return root_scalar(equation, Z, method=method, jac=jac, optimizer_kwargs={self.budget: limit}, **interval)
+
+    def scipy(self, limit: int | None = None) -> tuple[int, bool]:
+        """scipy's own ``(count, success)`` on the same problem, counting what ``budget`` counts."""
+        options = {} if limit is None else {self.budget: limit}
+        start_x, start_z = VALUES[0], float(VALUES[2])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            if self.kind == "minimize":
+                result = scipy.optimize.minimize(
+                    _rosenbrock, start_x, jac=_rosenbrock_gradient, method=self.method, options=options
+                )
+                return result.nit, result.success
+            if self.kind == "root":
+                result = scipy.optimize.root(
+                    lambda x: _equations(x, ROOT_TARGET, np.array), VALUES[1], jac=_jacobian, method=self.method,
+                    options=options,
+                )
+                return result.nfev, result.success
+            if self.kind == "minimize_scalar":
+                result = scipy.optimize.minimize_scalar(
+                    _scalar_objective, method=self.method, options=options, **self.interval
+                )
+                return (result.nfev if self.method == "bounded" else result.nit), result.success
+            extra = {"fprime": lambda z: 3 * z**2 + 1} if self.method == "newton" else {}
+            result = scipy.optimize.root_scalar(
+                _scalar_equation, method=self.method, x0=start_z, **extra, **self.interval, **options
+            )
+            return result.iterations, result.converged
+
+    def __str__(self) -> str:
+        return f"{self.kind}-{self.method}"
+
+
+# Every (op, method) both backends lower natively.
+CASES = [
+    Case("minimize", "BFGS", "maxiter", {}),
+    Case("minimize", "L-BFGS-B", "maxiter", {}),
+    Case("root", "hybr", "maxfev", {}),
+    Case("root", "lm", "maxiter", {}),
+    Case("minimize_scalar", "brent", "maxiter", {}),
+    Case("minimize_scalar", "golden", "maxiter", {}),
+    Case("minimize_scalar", "bounded", "maxiter", {"bounds": (-2.0, 4.0)}),
+    Case("root_scalar", "brentq", "maxiter", {"bracket": (0.0, 5.0)}),
+    Case("root_scalar", "bisect", "maxiter", {"bracket": (0.0, 5.0)}),
+    Case("root_scalar", "newton", "maxiter", {}),
+    Case("root_scalar", "secant", "maxiter", {}),
+]
+SHORT_BUDGET = 2
+
+# optimistix has no Brent (minimum or root): the JAX lowering runs golden-section
+# search or bisection instead, which needs more iterations than scipy's count.
+JAX_SUBSTITUTES = {
+    ("minimize_scalar", "brent"): "golden-section search stands in for Brent's method",
+    ("minimize_scalar", "bounded"): "golden-section search stands in for fminbound",
+    ("root_scalar", "brentq"): "bisection stands in for brentq",
+}
+
+
+def _op(case: Case, limit: int):
+    return case.op_outputs(limit)[0].owner.op
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_both_backends_resolve_the_same_settings_and_budget(case):
+    limit = 7
+    op = _op(case, limit)
+    settings = resolve(op).settings
+    assert getattr(settings, case.budget) == limit
+    assert solver_plan(op).settings == settings
+    n_variables = 4 if case.kind == "minimize" else 2 if case.kind == "root" else 1
+    choice = solver_choice(op, n_variables=n_variables, dtype="float64")
+    if isinstance(choice.solver, ScipyIterations):
+        assert choice.solver.max_iterations == limit
+    else:
+        assert choice.max_steps == limit
+
+
+@pytest.fixture(scope="module")
+def budget_runs():
+    """Per case: scipy's count, and (scipy, JAX_GPU, NUMBA) successes at a short and at twice scipy's budget."""
+    limits = {}
+    for case in CASES:
+        count, converged = case.scipy()
+        assert converged, f"{case}: scipy itself fails on the test problem"
+        limits[case] = (SHORT_BUDGET, 2 * count)
+    outputs = [case.op_outputs(limit)[1] for case in CASES for limit in limits[case]]
+    jax_successes = compile_checked(INPUTS, outputs, VALUES, "JAX_GPU")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ObjectModeFallbackWarning)
+        numba_successes = pytensor.function(INPUTS, outputs, mode="NUMBA")(*VALUES)
+    runs = {}
+    for i, case in enumerate(CASES):
+        runs[case] = [
+            (limit, case.scipy(limit)[1], bool(jax_successes[2 * i + j]), bool(numba_successes[2 * i + j]))
+            for j, limit in enumerate(limits[case])
+        ]
+    return runs
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_numba_succeeds_where_scipy_does(budget_runs, case):
+    for limit, scipy_success, _, numba_success in budget_runs[case]:
+        assert numba_success == scipy_success, (case.budget, limit, scipy_success)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=JAX_SUBSTITUTES[(case.kind, case.method)]))
+        if (case.kind, case.method) in JAX_SUBSTITUTES
+        else case
+        for case in CASES
+    ],
+    ids=str,
+)
+def test_jax_succeeds_where_scipy_does(budget_runs, case):
+    for limit, scipy_success, jax_success, _ in budget_runs[case]:
+        assert jax_success == scipy_success, (case.budget, limit, scipy_success)
+
+
+def test_short_budget_fails_and_twice_scipys_count_succeeds_under_scipy(budget_runs):
+    """The budgets above discriminate: scipy fails at the short one and succeeds at the long one."""
+    for case, ((_, short_success, _, _), (_, long_success, _, _)) in budget_runs.items():
+        assert (short_success, long_success) == (False, True), case
+
+
+def test_an_option_the_method_lacks_is_named_with_the_expected_ones():
+    solution, _ = minimize(_rosenbrock(X), X, method="BFGS", optimizer_kwargs={"options": {"maxfun": 10}})
+    op = solution.owner.op
+    with pytest.raises(UnsupportedOption, match=r"\['maxfun'\].*'gtol', 'norm', 'maxiter'"):
+        resolve(op)
+    # Numba keeps scipy (object mode) for it; JAX refuses it at compile time.
+    assert not has_native_solver(op)
+    with pytest.raises(NotImplementedError, match="maxfun"):
+        solver_choice(op, n_variables=4, dtype="float64")
+
+
+def test_a_budget_that_is_not_a_count_is_a_clear_error():
+    solution, _ = root_scalar(_scalar_equation(Z), Z, method="newton", jac=True, optimizer_kwargs={"maxiter": -3})
+    with pytest.raises(ValueError, match=r"'maxiter' must be a whole number >= 0, got -3"):
+        resolve(solution.owner.op)
+
+
+def test_tol_sets_what_scipy_sets_and_explicit_options_win():
+    solution, _ = minimize(
+        _rosenbrock(X), X, method="L-BFGS-B", optimizer_kwargs={"tol": 1e-9, "options": {"gtol": 1e-3}}
+    )
+    settings = resolve(solution.owner.op).settings
+    assert (settings.ftol, settings.gtol) == (1e-9, 1e-3)
+
+
+def test_scipy_options_imports_neither_jax_nor_numba():
+    code = (
+        "import sys, gpubackend.scipy_options; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'numba', 'optimistix')))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert loaded.strip() == "[]"
