@@ -14,7 +14,7 @@ shape of ``Alloc``/``AllocEmpty``/``Reshape``, the bounds of ``ARange`` or
 arithmetic (`gpubackend.dispatch.jax.fgraph`) keeps everything computed from it
 concrete. It runs once at compile time. JAX_GPU includes it by its
 ``gpubackend`` tag; stock ``mode="JAX"`` gets it through the "jax" tag only when
-gpubackend's lowerings are registered globally (see `jax_replacements`), since
+gpubackend's lowerings are registered globally (see `gpubackend.dispatch.jax.replacements`), since
 stock lowerings cannot use what it makes static.
 """
 

@@ -327,7 +327,7 @@ def specialised_while_scan(op: Scan, node, **kwargs) -> Callable:
     The returned function takes ``assumed_steps`` (None: the bound) and returns
     the outputs, the steps actually taken, and whether they match the
     assumption; a caller that gets a mismatch must run it again with the
-    actual count (`jax_while_steps.StepSpecialisedFunction`).
+    actual count (`while_steps.StepSpecialisedFunction`).
     """
     run = _scan_loop(op, **kwargs)
     trimmable = possibly_trimmed_traces(op, node)
