@@ -9,19 +9,12 @@ anything that needs it.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 
-CONFORMANCE_EXTRA = ("rich", "hypothesis")
-"""The packages of ``gpubackend[conformance]`` (pyproject.toml's ``conformance`` extra)."""
+from gpubackend.extras import conformance_extra_message, missing_conformance_packages
 
 EXTRA_MISSING_STATUS = 2
-
-
-def missing_conformance_packages() -> list[str]:
-    """The packages of the conformance extra that cannot be imported here."""
-    return [name for name in CONFORMANCE_EXTRA if importlib.util.find_spec(name) is None]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,11 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("conformance", help="run or merge the conformance suite", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if missing := missing_conformance_packages():
-        print(
-            f"gpubackend {args.command}: needs the conformance extra, which is not installed (missing: "
-            f"{', '.join(missing)}). Install it with: pip install 'gpubackend[conformance]'",
-            file=sys.stderr,
-        )
+        print(conformance_extra_message(f"gpubackend {args.command}", missing), file=sys.stderr)
         return EXTRA_MISSING_STATUS
     if args.command == "run":
         from gpubackend.main_job import main as run_main

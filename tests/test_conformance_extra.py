@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from gpubackend.__main__ import CONFORMANCE_EXTRA, EXTRA_MISSING_STATUS
+from gpubackend.__main__ import EXTRA_MISSING_STATUS
+from gpubackend.extras import CONFORMANCE_EXTRA
 
 REPO = Path(__file__).resolve().parents[1]
 INSTALL_HINT = "pip install 'gpubackend[conformance]'"
@@ -112,3 +113,19 @@ print(json.dumps({{"loaded": loaded, "results": results, "jax": "jax" in sys.mod
     assert seen["jax"] and seen["numba"], "both backends must have run"
     assert seen["results"] == [6.0, 6.0]
     assert seen["loaded"] == {"import": [], "compile and run": []}
+
+
+def test_importing_the_suite_without_the_extra_says_how_to_install_it():
+    script = f"""
+import sys
+for name in {CONFORMANCE_EXTRA!r}:
+    sys.modules[name] = None
+try:
+    import gpubackend.conformance
+except ImportError as error:
+    print(error)
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "gpubackend.conformance: needs the conformance extra" in result.stdout
+    assert INSTALL_HINT in result.stdout and "rich, hypothesis" in result.stdout

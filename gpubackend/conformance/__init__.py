@@ -2,7 +2,14 @@
 
 `run_suite` runs the catalogue and returns a `Report`; `write_reports` writes it
 as JSON, JUnit XML, Markdown and HTML.
+It needs the ``conformance`` extra (`gpubackend.extras`); without it, importing
+the suite raises an ImportError that says how to install it.
 """
+
+from gpubackend.extras import conformance_extra_message, missing_conformance_packages
+
+if _missing := missing_conformance_packages():
+    raise ImportError(conformance_extra_message("gpubackend.conformance", _missing), name=__name__)
 
 from gpubackend.conformance.reports import merge_reports, write_reports
 from gpubackend.conformance.results import CaseResult, CheckResult, Report
