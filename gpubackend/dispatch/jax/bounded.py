@@ -70,11 +70,18 @@ def value_of(value):
     return value
 
 
+def as_bounded(value) -> Bounded:
+    """``value`` as a `Bounded` array: a plain array is all meaningful entries."""
+    if isinstance(value, Bounded):
+        return value
+    value = jnp.asarray(value)
+    return Bounded(value, value.shape[0])
+
+
 def as_kind(value, kind: Kind):
     """``value`` in the form its plan declared: a length may turn out static while tracing."""
-    if kind == "array" and not isinstance(value, Bounded):
-        value = jnp.asarray(value)
-        return Bounded(value, value.shape[0])
+    if kind == "array":
+        return as_bounded(value)
     if kind == "int" and not isinstance(value, BoundedInt):
         if isinstance(value, jax.core.Tracer):
             raise NotImplementedError("a length known only at run time has no bounds")
@@ -248,7 +255,7 @@ def _join(op: Join, node, input_kinds, **kwargs) -> BoundedLowering:
         raise NotImplementedError(f"{op}: joining along another axis than the run-time length's")
 
     def join(*parts):
-        parts = [part if isinstance(part, Bounded) else Bounded(jnp.asarray(part), jnp.shape(part)[0]) for part in parts]
+        parts = [as_bounded(part) for part in parts]
         size = sum(part.buffer.shape[0] for part in parts)
         first = parts[0].buffer
         buffer = jnp.zeros((size, *first.shape[1:]), jnp.result_type(*(part.buffer for part in parts)))
@@ -298,14 +305,7 @@ def _per_position(y, size: int, target_shape: tuple[int, ...]) -> jax.Array:
     y = jnp.asarray(y)
     if y.ndim < len(target_shape) or y.shape[0] == 1:
         return jnp.broadcast_to(y, target_shape)
-    return padded(Bounded(y, y.shape[0]), size)[:size]
-
-
-def _leading(x):
-    if isinstance(x, Bounded):
-        return x.buffer, x.length
-    x = jnp.asarray(x)
-    return x, x.shape[0]
+    return padded(as_bounded(y), size)[:size]
 
 
 def _check_indices(op, input_kinds: Sequence[Kind], first_index_input: int) -> None:
@@ -327,7 +327,7 @@ def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
     is_slice = isinstance(op.idx_list[0], slice)
 
     def subtensor(x, *index_inputs):
-        buffer, length = _leading(x)
+        buffer, length = as_bounded(x)
         first, rest = _index_parts(op, index_inputs)
         if not is_slice:
             position = jnp.where(first < 0, first + length, first)
@@ -347,7 +347,7 @@ def _inc_subtensor(op: IncSubtensor, node, input_kinds, **kwargs) -> BoundedLowe
     is_slice = isinstance(op.idx_list[0], slice)
 
     def inc_subtensor(x, y, *index_inputs):
-        buffer, length = _leading(x)
+        buffer, length = as_bounded(x)
         first, rest = _index_parts(op, index_inputs)
         size = buffer.shape[0]
         if is_slice:

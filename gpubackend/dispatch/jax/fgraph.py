@@ -95,10 +95,13 @@ def jax_funcify_FunctionGraph(
     squeezed = kwargs.get("squeeze_output", False) and len(fgraph.outputs) == 1
     # What fgraph_to_python hands each node's lowering: everything but its own parameters.
     node_kwargs = {key: value for key, value in kwargs.items() if key not in _GRAPH_ONLY_KWARGS}
-    # A linker that lowers the nodes through its own dispatcher first calls the
-    # registry with no node to lower (`DispatchingJAXLinker`): nothing to plan then.
-    lowers_no_node = kwargs.get("order") is not None and len(kwargs["order"]) == 0
-    plan = None if lowers_no_node else plan_trimmed_traces(fgraph, **node_kwargs)
+    # The order fgraph_to_python would compute, computed once for it and the plan.
+    # (A linker that lowers through its own dispatcher first calls the registry
+    # with order=(), `DispatchingJAXLinker`: nothing is lowered or planned then.)
+    if kwargs.get("order") is None:
+        kwargs["order"] = fgraph.toposort()
+    order = kwargs["order"]
+    plan = plan_trimmed_traces(fgraph, order, **node_kwargs)
     if plan is None:
         graph_fn = fgraph_to_python(
             fgraph,
@@ -116,10 +119,10 @@ def jax_funcify_FunctionGraph(
         return jax_typify(value.data, variable=value)
 
     if isinstance(plan, BoundedPlan):
-        return _with_graph_dtypes(bounded_graph(fgraph, plan, default_fn, constant, squeezed), fgraph.outputs, squeezed)
+        return _with_graph_dtypes(bounded_graph(fgraph, order, plan, default_fn, constant, squeezed), fgraph.outputs, squeezed)
     if not context.step_counts:
         refuse(plan)
-    counted = step_counted_graph(fgraph, plan, default_fn, constant, squeezed, **node_kwargs)
+    counted = step_counted_graph(fgraph, order, plan, default_fn, constant, squeezed, **node_kwargs)
     typed = _with_graph_dtypes(lambda outputs: outputs, fgraph.outputs, squeezed)
 
     def typed_with_counts(assumed_steps, *inputs):

@@ -21,7 +21,7 @@ import optimistix as optx
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp, ScipyWrapperOp
 
 from gpubackend.dispatch.jax.bracket import expand_bracket
-from gpubackend.dispatch.jax.optimize_methods import SolverChoice, solver_choice
+from gpubackend.dispatch.jax.optimize_methods import SolverChoice, solver_choice, solver_for_size
 from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
 from gpubackend.scipy_options import scipy_method
 
@@ -61,13 +61,13 @@ def _solved(solve: Callable, fn: Objective, choice: SolverChoice, x0, args: tupl
 def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable) -> Callable:
     """Lower a vector minimize/root op: ``solve`` is ``optx.minimise`` or ``optx.root_find``."""
     dtype = _dtype(op)
-    solver_choice(op, n_variables=1, dtype=dtype)  # refuse unsupported methods and options at compile time
+    choice_for_size = solver_for_size(op, dtype)  # refuses unsupported methods and options at compile time
     objective = _objective(op, kwargs)
 
     def vector_solve(x0, *args):
         x0 = _start(x0, dtype)
         # scipy's size-dependent budgets need the size of x, known when tracing.
-        return _solved(solve, objective, solver_choice(op, n_variables=x0.size, dtype=dtype), x0, args)
+        return _solved(solve, objective, choice_for_size(x0.size), x0, args)
 
     return vector_solve
 
@@ -130,8 +130,9 @@ def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
             return _solved(optx.root_find, equation, choice, x0, args)
         lower, upper = bounds["bracket"][0], bounds["bracket"][1]
         # Orient the equation to rise from lower to upper, as the solver is told (flip=False).
-        orientation = jnp.where(equation(upper, args) < 0, -1.0, 1.0).astype(x0.dtype)
-        sign_changes = equation(lower, args) * equation(upper, args) <= 0
+        at_lower, at_upper = equation(lower, args), equation(upper, args)
+        orientation = jnp.where(at_upper < 0, -1.0, 1.0).astype(x0.dtype)
+        sign_changes = at_lower * at_upper <= 0
         rising = lambda y, args: orientation * equation(y, args)  # noqa: E731
         value, success = _solved(optx.root_find, rising, choice, x0, args, {"lower": lower, "upper": upper})
         return value, success & sign_changes

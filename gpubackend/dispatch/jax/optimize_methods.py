@@ -23,7 +23,7 @@ import numpy as np
 import optimistix as optx
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp, ScipyWrapperOp
 
-from gpubackend.scipy_options import minimize_maxiter, minpack_maxfev, op_options, resolve
+from gpubackend.scipy_options import OP_OPTIONS, minimize_maxiter, minpack_maxfev, op_options, resolve
 from gpubackend.scipy_options import settings as s
 
 # optimistix's NelderMead is left out on purpose: on a smooth 3-variable
@@ -180,7 +180,8 @@ _JAX_METHODS: dict[tuple[type, str], _JaxMethod] = {
     (MinimizeScalarOp, "bounded"): _JaxMethod(_bounded_minimize, frozenset({"xatol", "maxiter"})),
     **{
         (RootScalarOp, name): _JaxMethod(_bisection, _ROOT_SCALAR_OPTIONS)
-        for name in ("bisect", "brentq", "brenth", "ridder", "toms748")
+        for name, method in OP_OPTIONS[RootScalarOp].methods.items()
+        if method.needs_input == "bracket"
     },
     **{(RootScalarOp, name): _JaxMethod(_newton, _ROOT_SCALAR_OPTIONS) for name in ("newton", "secant", "halley")},
 }
@@ -198,13 +199,20 @@ def _jax_method(op: ScipyWrapperOp) -> _JaxMethod:
     return jax_method
 
 
-def solver_choice(op: ScipyWrapperOp, n_variables: int, dtype: str) -> SolverChoice:
-    """The optimistix solver and budget for ``op``, whose ``x`` has ``n_variables`` elements of ``dtype``.
+def solver_for_size(op: ScipyWrapperOp, dtype: str) -> Callable[[int], SolverChoice]:
+    """``op``'s options, resolved and checked once; the result gives the solver and budget for an ``x`` of a given size.
 
-    Raises `NotImplementedError` for a method or a set option that has no
-    faithful optimistix counterpart, and `ValueError` for input scipy refuses.
+    scipy's budgets depend on the number of variables, known only when the
+    lowering is traced. Raises `NotImplementedError` for a method or a set
+    option that has no faithful optimistix counterpart, and `ValueError` for
+    input scipy refuses.
     """
     jax_method = _jax_method(op)
     resolved = resolve(op)
     resolved.refuse_unless_honoured(jax_method.honoured, _BACKEND)
-    return jax_method.choose(resolved.settings, max(n_variables, 1), dtype)
+    return lambda n_variables: jax_method.choose(resolved.settings, max(n_variables, 1), dtype)
+
+
+def solver_choice(op: ScipyWrapperOp, n_variables: int, dtype: str) -> SolverChoice:
+    """The optimistix solver and budget for ``op``, whose ``x`` has ``n_variables`` elements of ``dtype``."""
+    return solver_for_size(op, dtype)(n_variables)

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from pytensor.scan.op import Scan
 
-from gpubackend.dispatch.jax.bounded import Bounded, BoundedInt, Kind, bounded_jax_funcify, value_of
+from gpubackend.dispatch.jax.bounded import Bounded, BoundedInt, Kind, as_bounded, bounded_jax_funcify, value_of
 from gpubackend.dispatch.jax.lowering_context import lowering_context
 from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
 from gpubackend.errors import DataDependentLengthError
@@ -93,10 +93,12 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
             raise data_dependent_length_error(op, "a traced output keeps more entries than its initial ones")
         return _loop_lowering(op, _untrimmed_outputs, **kwargs)
     for_scan = jax_gpu_funcify.stock(Scan)(op, node=node, **kwargs)
+    nit_sot_end = op.info.n_outer_inputs - op.info.n_non_seqs
+    length_positions = (0, *range(nit_sot_end - op.info.n_nit_sot, nit_sot_end))
+
     def for_scan_with_host_lengths(*outer_inputs):
         outer_inputs = list(outer_inputs)
-        nit_sot_end = len(outer_inputs) - op.info.n_non_seqs
-        for position in (0, *range(nit_sot_end - op.info.n_nit_sot, nit_sot_end)):
+        for position in length_positions:
             outer_inputs[position] = _host_int(outer_inputs[position])
         return for_scan(*outer_inputs)
 
@@ -122,13 +124,6 @@ def _steps_and_bound(value) -> tuple[Any, int | None]:
     return int(np.asarray(value)), int(np.asarray(value))
 
 
-def _buffer_and_size(value) -> tuple[jax.Array, Any]:
-    if isinstance(value, Bounded):
-        return value.buffer, value.length
-    value = jnp.asarray(value)
-    return value, value.shape[0]
-
-
 def _scan_loop(op: Scan, **kwargs) -> Callable[[list], LoopResult]:
     """The loop of any Scan, over lengths and buffers that may be known only at run time (`bounded`).
 
@@ -146,9 +141,9 @@ def _scan_loop(op: Scan, **kwargs) -> Callable[[list], LoopResult]:
 
     def run(outer_inputs: list) -> LoopResult:
         n_steps, max_steps = _steps_and_bound(outer_inputs[0])
-        seqs = [_buffer_and_size(seq)[0] for seq in op.outer_seqs(outer_inputs)]
-        mit_mot = [_buffer_and_size(buffer) for buffer in op.outer_mitmot(outer_inputs)]
-        taps = [_buffer_and_size(buffer) for buffer in (*op.outer_mitsot(outer_inputs), *op.outer_sitsot(outer_inputs))]
+        seqs = [as_bounded(seq).buffer for seq in op.outer_seqs(outer_inputs)]
+        mit_mot = [tuple(as_bounded(buffer)) for buffer in op.outer_mitmot(outer_inputs)]
+        taps = [tuple(as_bounded(buffer)) for buffer in (*op.outer_mitsot(outer_inputs), *op.outer_sitsot(outer_inputs))]
         untraced = list(op.outer_untraced_sit_sot(outer_inputs))
         non_seqs = [value_of(value) for value in op.outer_non_seqs(outer_inputs)]
         nit_sizes = [_steps_and_bound(size) for size in op.outer_nitsot(outer_inputs)]
@@ -353,7 +348,7 @@ def _as_pytensor_returns(buffer: jax.Array, init_len: int, steps: int, max_steps
     written = steps + init_len
     store = buffer.shape[0]
     if store <= written:
-        return jnp.roll(buffer, -(written % store), axis=0)
+        return _rotated(buffer, init_len, steps)
     # Entries never written are zeroed, then the tail of steps not taken is cut off.
     buffer = buffer.at[written:].set(0)
     return buffer[: -(max_steps - steps)] if steps < max_steps else buffer

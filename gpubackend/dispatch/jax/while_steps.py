@@ -38,10 +38,10 @@ from gpubackend.dispatch.jax.bounded import Kind, as_kind, as_output, bounded_ja
 from gpubackend.dispatch.jax.scan import data_dependent_length_error, possibly_trimmed_traces, specialised_while_scan
 
 
-def trimmed_while_scans(fgraph) -> list[Apply]:
+def _trimmed_while_scans(order: Sequence[Apply]) -> list[Apply]:
     return [
         node
-        for node in fgraph.toposort()
+        for node in order
         if isinstance(node.op, Scan) and node.op.info.as_while and any(possibly_trimmed_traces(node.op, node))
     ]
 
@@ -62,14 +62,14 @@ class StepCountsNeeded:
     reason: str
 
 
-def plan_trimmed_traces(fgraph, **kwargs) -> BoundedPlan | StepCountsNeeded | None:
-    """None when no while-Scan trace of the graph may be trimmed."""
-    trimmed = trimmed_while_scans(fgraph)
+def plan_trimmed_traces(fgraph, order: Sequence[Apply], **kwargs) -> BoundedPlan | StepCountsNeeded | None:
+    """None when no while-Scan trace of the graph (whose nodes, in order, are ``order``) may be trimmed."""
+    trimmed = _trimmed_while_scans(order)
     if not trimmed:
         return None
     kinds: dict[Variable, Kind] = {}
     lowerings: dict[Apply, Callable] = {}
-    for node in fgraph.toposort():
+    for node in order:
         input_kinds = tuple(kinds.get(value) for value in node.inputs)
         if node not in trimmed and not any(input_kinds):
             continue
@@ -105,13 +105,13 @@ class StepCountedGraph:
 
 def interpreted_graph(
     fgraph,
+    order: Sequence[Apply],
     node_fn: Callable[[Apply], Callable],
     constant: Callable[[Constant], Any],
     squeeze_output: bool,
     finish: Callable[[list], list] = lambda outputs: outputs,
 ) -> Callable:
-    """The graph as a Python function calling each node's lowering in order (values may be bounded)."""
-    order = fgraph.toposort()
+    """The graph as a Python function calling each node's lowering in ``order`` (values may be bounded)."""
     fns = [node_fn(node) for node in order]
     constants = {value: constant(value) for node in order for value in node.inputs if isinstance(value, Constant)}
     constants.update((value, constant(value)) for value in fgraph.outputs if isinstance(value, Constant))
@@ -133,21 +133,23 @@ def interpreted_graph(
     return run
 
 
-def bounded_graph(fgraph, plan: BoundedPlan, default_fn: Callable[[Apply], Callable], constant, squeeze_output: bool):
+def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn: Callable[[Apply], Callable], constant, squeeze_output: bool):
     def finish(outputs: list) -> list:
         return [
             as_output(value, None if kind != "array" else output.type.shape[0])
             for value, kind, output in zip(outputs, plan.output_kinds, fgraph.outputs, strict=True)
         ]
 
-    return interpreted_graph(fgraph, lambda node: plan.lowerings.get(node) or default_fn(node), constant, squeeze_output, finish)
+    return interpreted_graph(fgraph, order, lambda node: plan.lowerings.get(node) or default_fn(node), constant, squeeze_output, finish)
 
 
 def step_counted_graph(
-    fgraph, plan: StepCountsNeeded, default_fn: Callable[[Apply], Callable], constant, squeeze_output: bool, **kwargs
+    fgraph,
+    order: Sequence[Apply],
+    plan: StepCountsNeeded, default_fn: Callable[[Apply], Callable], constant, squeeze_output: bool, **kwargs
 ) -> StepCountedGraph:
     specialised = {node: specialised_while_scan(node.op, node, **kwargs) for node in plan.nodes}
-    graph = interpreted_graph(fgraph, lambda node: specialised.get(node) or default_fn(node), constant, squeeze_output)
+    graph = interpreted_graph(fgraph, order, lambda node: specialised.get(node) or default_fn(node), constant, squeeze_output)
 
     def graph_with_step_counts(assumed_steps: tuple[int | None, ...], *inputs):
         call_kwargs = {node: {"assumed_steps": steps} for node, steps in zip(plan.nodes, assumed_steps, strict=True)}

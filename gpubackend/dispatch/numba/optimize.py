@@ -40,6 +40,7 @@ from pytensor.tensor.optimize import (
 from gpubackend.dispatch.numba import optimize_problem as problem
 from gpubackend.dispatch.numba.optimize_plan import NoNativeSolver, SolverPlan, solver_plan
 from gpubackend.errors import ObjectModeFallbackWarning
+from gpubackend.scipy_options import scipy_method
 from gpubackend.solvers.bfgs import make_bfgs
 from gpubackend.solvers.bisect import make_bisect
 from gpubackend.solvers.bounded_minimize import make_bounded_minimize
@@ -138,10 +139,9 @@ def _scalar_runner(solve: Callable, settings: NamedTuple, dtype: str) -> Callabl
 
 
 def _interval_name(op: ScipyWrapperOp) -> str | None:
-    if isinstance(op, MinimizeScalarOp):
-        return "bounds" if op.method.lower() == "bounded" else "bracket"
-    if isinstance(op, RootScalarOp):
-        return "bracket"
+    """The bound input a scalar solver gets as its interval (scipy's ``bounds`` or ``bracket``); None for vector ops."""
+    if isinstance(op, ScipyScalarWrapperOp):
+        return scipy_method(op).needs_input or "bracket"
     return None
 
 

@@ -50,6 +50,7 @@ _NATIVE: dict[tuple[type, str], _Native] = {
     **{(MinimizeScalarOp, name): _Native() for name in ("brent", "golden", "bounded")},
     **{(RootScalarOp, name): _Native() for name in ("brentq", "bisect", "newton", "secant")},
 }
+_NATIVE_OP_TYPES = frozenset(op_type for op_type, _ in _NATIVE)
 
 
 def solver_plan(op: ScipyWrapperOp) -> SolverPlan:
@@ -79,7 +80,7 @@ def solver_plan(op: ScipyWrapperOp) -> SolverPlan:
 
 def has_native_solver(op: ScipyWrapperOp) -> bool:
     """Whether ``op`` is lowered natively (otherwise it runs in object mode)."""
-    if type(op) not in {op_type for op_type, _ in _NATIVE}:
+    if type(op) not in _NATIVE_OP_TYPES:
         return False
     try:
         solver_plan(op)
