@@ -50,26 +50,25 @@ def as_float(value) -> float:
     return float(np.asarray(value).item())
 
 
-def value_and_gradient(inner: Callable, to_inner: Callable) -> Callable:
-    """``fun(x, args) -> (f, grad)`` from an inner graph returning (objective, grad, ...)."""
+def _first_two_outputs(inner: Callable, to_inner: Callable, first: Callable, second: Callable) -> Callable:
+    """``fun(x, args) -> (first(output 0), second(output 1))`` of the inner graph."""
 
     @numba_njit
     def fun(x, args):
         outputs = inner(to_inner(x), *args)
-        return as_float(outputs[0]), as_float64_vector(outputs[1])
+        return first(outputs[0]), second(outputs[1])
 
     return fun
+
+
+def value_and_gradient(inner: Callable, to_inner: Callable) -> Callable:
+    """``fun(x, args) -> (f, grad)`` from an inner graph returning (objective, grad, ...)."""
+    return _first_two_outputs(inner, to_inner, as_float, as_float64_vector)
 
 
 def residual_and_jacobian(inner: Callable, to_inner: Callable) -> Callable:
     """``fun(x, args) -> (F, J)`` from an inner graph returning (equations, jacobian)."""
-
-    @numba_njit
-    def fun(x, args):
-        residual, jacobian = inner(to_inner(x), *args)
-        return as_float64_vector(residual), as_float64_matrix(jacobian)
-
-    return fun
+    return _first_two_outputs(inner, to_inner, as_float64_vector, as_float64_matrix)
 
 
 def scalar_value(inner: Callable, to_inner: Callable) -> Callable:
@@ -84,13 +83,7 @@ def scalar_value(inner: Callable, to_inner: Callable) -> Callable:
 
 def scalar_value_and_derivative(inner: Callable, to_inner: Callable) -> Callable:
     """``fun(x, args) -> (f, f')`` for a scalar problem with a derivative output."""
-
-    @numba_njit
-    def fun(x, args):
-        outputs = inner(to_inner(x), *args)
-        return as_float(outputs[0]), as_float(outputs[1])
-
-    return fun
+    return _first_two_outputs(inner, to_inner, as_float, as_float)
 
 
 def scalar_value_and_forward_difference(inner: Callable, to_inner: Callable) -> Callable:
