@@ -7,7 +7,9 @@ What they expose:
 
 - `compiled_graph`: the graph the function runs, after rewriting and baking;
 - `device_resident_inputs`: which inputs a JAX_GPU function keeps on its
-  device rather than converting to numpy (gpubackend's own input filter).
+  device rather than converting to numpy (gpubackend's own input filter);
+- `specialised_on_step_counts`: whether a JAX_GPU function compiles once per
+  distinct number of steps its while-Scans take.
 """
 
 from __future__ import annotations
@@ -34,3 +36,15 @@ def device_resident_inputs(fn: Function) -> tuple[bool, ...]:
     from gpubackend.device_inputs import DeviceResidentInput
 
     return tuple(isinstance(container.type, DeviceResidentInput) for container in fn.input_storage)
+
+
+def specialised_on_step_counts(fn: Function) -> bool:
+    """Whether ``fn`` (JAX_GPU) runs its graph specialised on while-Scan step counts: one compile per distinct count.
+
+    Only a graph whose trace reaches an op with no rule for a run-time length
+    is (README, "Cost model of while-Scans under JAX"); False for other modes.
+    """
+    from gpubackend.dispatch.jax.while_scan.host import HostReadingFunction
+
+    jit_fn = getattr(fn.vm, "jit_fn", None)
+    return isinstance(jit_fn, HostReadingFunction) and jit_fn.specialised

@@ -73,9 +73,10 @@ class JAXGPULinker(DispatchingJAXLinker):
       that every other function compiled with them reads;
     - buffers of updated shared variables are donated, so XLA updates in place;
     - outputs are committed to the device;
-    - an output whose length is a while-Scan's step count gets it: the function
-      is specialised on the step counts taken (`StepSpecialisedFunction`, one
-      explicit read per call); every other while-Scan graph makes no read.
+    - an output whose length is a while-Scan's step count gets it, and a
+      run-time check raises the reference's error: the call reads what only
+      the data settle in one explicit read (`HostReadingFunction`); a
+      while-Scan graph with nothing to read makes none.
     """
 
     def __init__(
@@ -133,7 +134,7 @@ class JAXGPULinker(DispatchingJAXLinker):
 
     def lowering_context(self) -> LoweringContext:
         # The jitted graph serves PyTensor's calls only: JAX never differentiates it.
-        return LoweringContext(step_counts=True, jax_differentiable=False)
+        return LoweringContext(reads_on_host=True, jax_differentiable=False)
 
     def create_thunk_inputs(self, storage_map):
         from gpubackend.device_inputs import ResidentSharedCell
@@ -160,23 +161,18 @@ class JAXGPULinker(DispatchingJAXLinker):
     def jit_compile(self, fn):
         import jax
 
-        from gpubackend.dispatch.jax.while_steps import StepCountedGraph, StepSpecialisedFunction
+        from gpubackend.dispatch.jax.while_scan.host import HostReadingFunction
 
-        if isinstance(fn, StepCountedGraph):
-            # A call runs again when a while-Scan stops after a new number of
-            # steps, so its inputs must survive the first run: nothing is donated.
-            jitted = jax.jit(
-                fn.fn,
-                static_argnums=(0, *(position + 1 for position in self.scalar_shape_inputs)),
-                out_shardings=self.placement.output_sharding,
-            )
-            return StepSpecialisedFunction(jitted, len(fn.nodes))
-        return jax.jit(
-            fn,
-            static_argnums=self.scalar_shape_inputs,
-            donate_argnums=sorted(set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs)),
+        # The top graph is a `HostReadingGraph`: ``fn(step_counts, *inputs)``, step counts static.
+        # A graph specialised on step counts may run twice on the same inputs: it donates nothing.
+        donated = () if fn.n_specialised else set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs)
+        jitted = jax.jit(
+            fn.fn,
+            static_argnums=(0, *(position + 1 for position in self.scalar_shape_inputs)),
+            donate_argnums=sorted(position + 1 for position in donated),
             out_shardings=self.placement.output_sharding,
         )
+        return HostReadingFunction(jitted, fn)
 
     def __repr__(self) -> str:
         if self.devices_spec is not None:

@@ -14,9 +14,9 @@ A new length means a new input shape, hence a new trace; a stale length can
 never be reused. Nodes that see a tracer are staged as usual.
 
 A graph with a while-Scan whose trace PyTensor may trim to the steps taken is
-lowered by the plan `while_steps` makes for it: bounded buffers where every
-output has a static shape, else (for a linker whose `LoweringContext` has ``step_counts``) a
-`StepCountedGraph` specialised on step counts, else `DataDependentLengthError`.
+lowered by `while_scan` after the plan it makes for the graph: bounded traces
+with their checks, or for a linker that reads back (JAX_GPU), step counts.
+The top graph of such a linker always lowers to a `HostReadingGraph`.
 
 At the top of a stock linker's lowering it starts the `LoweringContext` that
 every lowering below shares (with a linker's own, it is given one). It
@@ -41,16 +41,10 @@ from pytensor.graph.op import HasInnerGraph
 from pytensor.link.jax.dispatch.basic import jax_typify
 from pytensor.link.utils import fgraph_to_python
 
-from gpubackend.dispatch.jax.lowering_context import lowering_context
+from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, lowering_context
 from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
-from gpubackend.dispatch.jax.while_steps import (
-    BoundedPlan,
-    StepCountedGraph,
-    bounded_graph,
-    plan_trimmed_traces,
-    refuse,
-    step_counted_graph,
-)
+from gpubackend.dispatch.jax.while_scan.graph import lowered_while_scan_graph, reading_nothing
+from gpubackend.dispatch.jax.while_scan.plan import plan_graph
 
 _SHAPE_DTYPE_KINDS = frozenset("iub")
 
@@ -87,12 +81,12 @@ def _funcify_node(op, node: Apply | None = None, **kwargs) -> Callable:
 
 
 @replaces(FunctionGraph, FrozenFunctionGraph)
-def jax_funcify_FunctionGraph(
-    fgraph, node=None, fgraph_name: str = "jax_funcified_fgraph", **kwargs: Any
-) -> Callable | StepCountedGraph:
-    """The graph's function; for a linker that specialises on step counts, maybe a `StepCountedGraph`."""
+def jax_funcify_FunctionGraph(fgraph, node=None, fgraph_name: str = "jax_funcified_fgraph", **kwargs: Any) -> Callable:
+    """The graph's function; for a linker that reads back (`LoweringContext.reads_on_host`), a `HostReadingGraph`."""
     context = lowering_context(kwargs)
     squeezed = kwargs.get("squeeze_output", False) and len(fgraph.outputs) == 1
+    # Every lowering below this graph lowers an inner graph: none of them is read back.
+    kwargs[CONTEXT_KEYWORD] = context.for_inner_graphs()
     # What fgraph_to_python hands each node's lowering: everything but its own parameters.
     node_kwargs = {key: value for key, value in kwargs.items() if key not in _GRAPH_ONLY_KWARGS}
     # The order fgraph_to_python would compute, computed once for it and the plan.
@@ -101,7 +95,7 @@ def jax_funcify_FunctionGraph(
     if kwargs.get("order") is None:
         kwargs["order"] = fgraph.toposort()
     order = kwargs["order"]
-    plan = plan_trimmed_traces(fgraph, order, **node_kwargs)
+    plan = plan_graph(fgraph, order, **node_kwargs)
     if plan is None:
         graph_fn = fgraph_to_python(
             fgraph,
@@ -110,7 +104,8 @@ def jax_funcify_FunctionGraph(
             fgraph_name=fgraph_name,
             **kwargs,
         )
-        return _with_graph_dtypes(graph_fn, fgraph.outputs, squeezed)
+        typed_fn = _with_graph_dtypes(graph_fn, fgraph.outputs, squeezed)
+        return reading_nothing(typed_fn) if context.reads_on_host else typed_fn
 
     def default_fn(node: Apply) -> Callable:
         return _funcify_node(node.op, node=node, **node_kwargs)
@@ -118,29 +113,29 @@ def jax_funcify_FunctionGraph(
     def constant(value):
         return jax_typify(value.data, variable=value)
 
-    if isinstance(plan, BoundedPlan):
-        return _with_graph_dtypes(bounded_graph(fgraph, order, plan, default_fn, constant, squeezed), fgraph.outputs, squeezed)
-    if not context.step_counts:
-        refuse(plan)
-    counted = step_counted_graph(fgraph, order, plan, default_fn, constant, squeezed, **node_kwargs)
-    typed = _with_graph_dtypes(lambda outputs: outputs, fgraph.outputs, squeezed)
+    dtypes = _graph_dtypes(fgraph.outputs)
 
-    def typed_with_counts(assumed_steps, *inputs):
-        outputs, counts = counted.fn(assumed_steps, *inputs)
-        return typed(outputs), counts
+    def typed(values: list):
+        values = [_typed(value, dtype) for value, dtype in zip(values, dtypes, strict=True)]
+        return values[0] if squeezed else values
 
-    return StepCountedGraph(typed_with_counts, counted.nodes)
+    return lowered_while_scan_graph(fgraph, order, plan, context, default_fn, constant, typed, **node_kwargs)
+
+
+def _graph_dtypes(outputs) -> list[str | None]:
+    return [getattr(output.type, "dtype", None) for output in outputs]
+
+
+def _typed(value, dtype):
+    if dtype is None or getattr(value, "dtype", None) == dtype:
+        return value
+    return jnp.asarray(value, dtype=dtype)
 
 
 def _with_graph_dtypes(graph_fn: Callable, outputs, squeezed: bool) -> Callable:
-    dtypes = [getattr(output.type, "dtype", None) for output in outputs]
+    dtypes = _graph_dtypes(outputs)
     if not any(dtypes):
         return graph_fn
-
-    def typed(value, dtype):
-        if dtype is None or getattr(value, "dtype", None) == dtype:
-            return value
-        return jnp.asarray(value, dtype=dtype)
 
     # The wrapper keeps the graph function's name, which jax.jit shows in the jaxpr as stock's does.
     if squeezed:
@@ -148,12 +143,12 @@ def _with_graph_dtypes(graph_fn: Callable, outputs, squeezed: bool) -> Callable:
 
         @functools.wraps(graph_fn)
         def typed_output(*args):
-            return typed(graph_fn(*args), dtype)
+            return _typed(graph_fn(*args), dtype)
 
         return typed_output
 
     @functools.wraps(graph_fn)
     def typed_outputs(*args):
-        return tuple(typed(value, dtype) for value, dtype in zip(graph_fn(*args), dtypes, strict=True))
+        return tuple(_typed(value, dtype) for value, dtype in zip(graph_fn(*args), dtypes, strict=True))
 
     return typed_outputs

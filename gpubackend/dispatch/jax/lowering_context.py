@@ -11,7 +11,7 @@ lowering of one graph: the functions of the OpFromGraph ops met so far (`ofg`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 CONTEXT_KEYWORD = "gpubackend_context"
@@ -19,14 +19,22 @@ CONTEXT_KEYWORD = "gpubackend_context"
 
 @dataclass(frozen=True)
 class LoweringContext:
-    step_counts: bool = False
-    """The linker specialises on while-Scan step counts, so a graph may lower to a `StepCountedGraph`."""
+    reads_on_host: bool = False
+    """The linker owns the call and reads back what only the data settle (JAX_GPU): the top graph lowers to a
+    `HostReadingGraph` (`while_scan.host`). Never true for an inner graph."""
+
+    nested: bool = False
+    """The graph being lowered is the inner graph of another op."""
 
     jax_differentiable: bool = True
     """JAX may differentiate the lowered function. JAX_GPU's never is: PyTensor's gradients are graphs of their own."""
 
     ofg_functions: dict[Any, Callable] = field(default_factory=dict, compare=False, repr=False)
     """One function per distinct OpFromGraph op within this lowering."""
+
+    def for_inner_graphs(self) -> LoweringContext:
+        """The context of the graphs inside this one: same function, same cache, nothing read back."""
+        return replace(self, reads_on_host=False, nested=True)
 
 
 def lowering_context(kwargs: dict[str, Any]) -> LoweringContext:

@@ -1,0 +1,126 @@
+"""Allocations and joins whose length is known only at run time.
+
+An allocation of a run-time length (a gradient's zeros, the buffer of a
+for-Scan over a trace) gets room for the largest length its bounds allow, and
+NumPy's ``ValueError`` for a negative one. A join along the leading axis packs
+its parts one after the other, each at the running length; along another
+axis, its parts must have the same length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from pytensor.tensor.basic import Alloc, AllocEmpty, Join
+from pytensor.tensor.shape import SpecifyShape
+from pytensor.tensor.type_other import NoneTypeT
+
+from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
+from gpubackend.dispatch.jax.while_scan.arrays import LENGTHS_DIFFER, same_length
+from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
+from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
+from gpubackend.dispatch.jax.while_scan.values import (
+    Bounded,
+    Table,
+    as_bounded,
+    bounds_of,
+    common_tables,
+    exactly,
+    length_between,
+    tabulated,
+    value_of,
+    with_capacity,
+)
+
+NEGATIVE_LENGTH = RuntimeCheck(ValueError, "negative dimensions are not allowed")
+
+
+def _allocated(op, input_kinds, fill: Callable[[list, tuple[int, ...]], jax.Array], n_shape: int, **kwargs) -> BoundedLowering:
+    shape_kinds = input_kinds[len(input_kinds) - n_shape :]
+    if "array" in input_kinds or "int" in shape_kinds[1:]:
+        raise NotImplementedError(f"{op}: only the leading length may be known only at run time")
+    if shape_kinds[0] != "int":
+        # A value computed from a length, broadcast to a shape known while tracing.
+        return BoundedLowering(lambda *inputs: fill([value_of(x) for x in inputs[: len(inputs) - n_shape]], inputs[len(inputs) - n_shape :]), (None,))
+
+    def allocate(*inputs):
+        values, (length, *rest) = [value_of(x) for x in inputs[: len(inputs) - n_shape]], inputs[len(inputs) - n_shape :]
+        if not np.isfinite(length.high):
+            raise NotImplementedError(f"{op}: a run-time length with no bound")
+        capacity = max(int(length.high), 0)
+        buffer = fill(values, (capacity, *(int(np.asarray(size)) for size in rest)))
+        if length.low >= 0:
+            return NodeResult(Bounded(buffer, length), (True,))
+        meaningful = length_between(jnp.maximum(length.value, 0), 0.0, capacity)
+        return NodeResult(Bounded(buffer, meaningful), (length.value >= 0,))
+
+    return BoundedLowering(allocate, ("array",), (NEGATIVE_LENGTH,))
+
+
+@bounded_jax_funcify.register(Alloc)
+def _alloc(op: Alloc, node, input_kinds, **kwargs) -> BoundedLowering:
+    dtype = node.outputs[0].type.dtype
+
+    def filled(values, shape):
+        return jnp.broadcast_to(jnp.asarray(values[0], dtype), tuple(value_of(size) for size in shape))
+
+    return _allocated(op, input_kinds, filled, len(node.inputs) - 1)
+
+
+@bounded_jax_funcify.register(AllocEmpty)
+def _alloc_empty(op: AllocEmpty, node, input_kinds, **kwargs) -> BoundedLowering:
+    return _allocated(op, input_kinds, lambda values, shape: jnp.zeros(tuple(value_of(size) for size in shape), op.dtype), len(node.inputs))
+
+
+@bounded_jax_funcify.register(Join)
+def _join(op: Join, node, input_kinds, **kwargs) -> BoundedLowering:
+    if op.axis == 0:
+        return BoundedLowering(_join_leading, ("array",))
+    fn = jax_gpu_funcify(op, node=node, **kwargs)
+    if any(kind != "array" for kind in input_kinds):
+        raise NotImplementedError(f"{op}: a run-time length joined with a length known while tracing")
+    checks = tuple(RuntimeCheck(ValueError, f"{op}: {LENGTHS_DIFFER}") for _ in input_kinds[1:])
+
+    def join_side_by_side(*parts: Bounded):
+        capacity = max(part.capacity for part in parts)
+        oks = tuple(same_length(parts[0].length, part.length) for part in parts[1:])
+        return NodeResult(Bounded(fn(*(with_capacity(part.buffer, capacity) for part in parts)), parts[0].length), oks)
+
+    return BoundedLowering(join_side_by_side, ("array",), checks)
+
+
+def _join_leading(*parts) -> Bounded:
+    parts = [as_bounded(part) for part in parts]
+    first = parts[0].buffer
+    dtype = jnp.result_type(*(part.buffer for part in parts))
+    buffer = jnp.zeros((sum(part.capacity for part in parts), *first.shape[1:]), dtype)
+    offset: Any = 0
+    for part in parts:
+        # Entries beyond a part's length are overwritten by the next part or lie beyond the total.
+        buffer = jax.lax.dynamic_update_slice_in_dim(buffer, part.buffer.astype(dtype), offset, 0)
+        offset = offset + part.length.value
+    common = common_tables([part.length for part in parts])
+    if common is not None:
+        table, listed = common
+        return Bounded(buffer, tabulated(offset, Table(table.atom, table.first, np.sum(listed, axis=0).astype(np.int64))))
+    low, high = (sum(float(bound) for bound in bounds) for bounds in zip(*(bounds_of(part.length) for part in parts), strict=True))
+    return Bounded(buffer, length_between(offset, low, high))
+
+
+@bounded_jax_funcify.register(SpecifyShape)
+def _specify_shape(op: SpecifyShape, node, input_kinds, **kwargs) -> BoundedLowering:
+    """Each declared dimension of a trace is checked, the leading one at run time."""
+    if input_kinds[0] != "array":
+        raise NotImplementedError(f"{op}: a run-time length in the shape it specifies")
+    declared = [axis for axis, size in enumerate(node.inputs[1:]) if not isinstance(size.type, NoneTypeT)]
+    checks = tuple(RuntimeCheck(AssertionError, f"{op}: the shape differs from the one specified") for _ in declared)
+
+    def specified(x: Bounded, *shape):
+        sizes = [x.length, *(exactly(size) for size in x.buffer.shape[1:])]
+        return NodeResult(x, tuple(same_length(sizes[axis], shape[axis]) for axis in declared))
+
+    return BoundedLowering(specified, ("array",), checks)

@@ -1,0 +1,73 @@
+"""The function of a whole graph whose while-Scan traces may be trimmed, for the linker and path it is lowered for.
+
+Given the graph's plan (`plan`) and the `LoweringContext`:
+
+- a linker that reads back (JAX_GPU's top graph) gets a `HostReadingGraph`
+  whatever the plan: traces stay bounded and the call reads lengths and the
+  error code only where the graph has them, or, for a graph that needs exact
+  lengths, the graph is specialised on its step counts;
+- any other caller gets a function of static-shape outputs, whose run-time
+  checks run inside the computation, or a `DataDependentLengthError` that says
+  what to do on its path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pytensor.graph.basic import Apply
+
+from gpubackend.dispatch.jax.lowering_context import LoweringContext
+from gpubackend.dispatch.jax.while_scan.checks import raise_in_graph
+from gpubackend.dispatch.jax.while_scan.host import HostReadingGraph, HostReads
+from gpubackend.dispatch.jax.while_scan.interpreter import bounded_graph, step_counted_graph
+from gpubackend.dispatch.jax.while_scan.plan import BoundedPlan, ExactLengthsNeeded
+from gpubackend.dispatch.jax.while_scan.refusals import no_length_rule, run_time_length_output
+from gpubackend.dispatch.jax.while_scan.values import Bounded
+
+
+def reading_nothing(graph_fn: Callable) -> HostReadingGraph:
+    """A graph with no trace of run-time length, for a linker that reads back: it never reads."""
+    return HostReadingGraph(lambda step_counts, *inputs: (graph_fn(*inputs), HostReads()))
+
+
+def lowered_while_scan_graph(
+    fgraph,
+    order: Sequence[Apply],
+    plan: BoundedPlan | ExactLengthsNeeded,
+    context: LoweringContext,
+    default_fn: Callable[[Apply], Callable],
+    constant: Callable,
+    typed: Callable[[list], list],
+    **node_kwargs,
+) -> Callable:
+    """``typed`` gives the plain outputs their graph dtypes."""
+    if isinstance(plan, ExactLengthsNeeded):
+        if not context.reads_on_host:
+            raise no_length_rule(plan.nodes[0].op, plan.consumer, plan.reason, context)
+        counted = step_counted_graph(fgraph, order, plan, default_fn, constant, **node_kwargs)
+
+        def specialised(step_counts: tuple, *inputs):
+            outputs, counts = counted(step_counts, *inputs)
+            return typed(outputs), HostReads(step_counts=counts)
+
+        return HostReadingGraph(specialised, n_specialised=len(plan.nodes))
+    graph = bounded_graph(fgraph, order, plan, default_fn, constant)
+    if context.reads_on_host:
+        positions = tuple(position for position, output in enumerate(fgraph.outputs) if output in plan.run_time_lengths)
+
+        def reading(step_counts: tuple, *inputs):
+            outputs, error_code, _ = graph(*inputs)
+            lengths = tuple(outputs[position].length.value for position in positions)
+            buffers = [value.buffer if isinstance(value, Bounded) else value for value in outputs]
+            return typed(buffers), HostReads(lengths, error_code)
+
+        return HostReadingGraph(reading, plan.checks, positions)
+    if plan.run_time_lengths:
+        raise run_time_length_output(plan.while_scans[0].op, plan.run_time_lengths[0], context)
+
+    def checked(*inputs):
+        outputs, error_code, _ = graph(*inputs)
+        return typed(raise_in_graph(outputs, error_code, plan.checks))
+
+    return checked

@@ -1,0 +1,94 @@
+"""JAX_GPU's side of a while-Scan graph: the one explicit read per call that lengths, checks and step counts need.
+
+A linker that owns the call (`LoweringContext.reads_on_host`) gets, for the
+whole graph, a `HostReadingGraph`: ``fn(step_counts, *inputs) -> (outputs,
+HostReads)``, with ``step_counts`` a static argument (the counts assumed for
+the while-Scans specialised on theirs, empty otherwise). `HostReadingFunction`
+calls the jitted function and:
+
+- returns at once when there is nothing to read (``HostReads`` empty: every
+  output of static shape, every check proven), so the call stays asynchronous;
+- otherwise reads everything in one ``jax.device_get``: the lengths of the
+  outputs of run-time length (each is then cut to its length on the device),
+  the error code of the run-time checks (raising the reference's error type),
+  and, for a specialised graph, the step counts taken and whether they match
+  the ones assumed. On a mismatch it runs again with the counts taken, until
+  they match (chained while-Scans settle one per run), so a wrong-length answer
+  is never returned.
+
+Nothing is shared between calls but the last counts seen (replaced whole).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+
+from gpubackend.dispatch.jax.while_scan.checks import RuntimeCheck, raise_failure
+from gpubackend.dispatch.jax.while_scan.values import Bounded
+
+
+class HostReads(NamedTuple):
+    """What a call reads back: empty (nothing to read) unless the graph has something only the data settle."""
+
+    lengths: tuple = ()
+    """One per output of run-time length, in output order."""
+    error_code: Any = None
+    step_counts: tuple = ()
+    """``(steps_taken, matched)`` per specialised while-Scan."""
+
+    def empty(self) -> bool:
+        return not self.lengths and self.error_code is None and not self.step_counts
+
+
+@dataclass(frozen=True)
+class HostReadingGraph:
+    """The whole graph for a linker that reads back: callable as ``fn(step_counts, *inputs) -> (outputs, HostReads)``."""
+
+    fn: Callable
+    checks: tuple[RuntimeCheck, ...] = ()
+    """What each nonzero error code raises."""
+    run_time_lengths: tuple[int, ...] = ()
+    """Positions of the outputs returned at the size of their buffer, to cut to the lengths read."""
+    n_specialised: int = 0
+    """While-Scans specialised on their step counts (a call may then run twice, so it donates nothing)."""
+
+    def __call__(self, step_counts: tuple, *inputs):
+        return self.fn(step_counts, *inputs)
+
+
+class HostReadingFunction:
+    """Call a jitted `HostReadingGraph`, reading what it returns for the host at most once per run."""
+
+    def __init__(self, jitted: Callable, graph: HostReadingGraph):
+        self._jitted = jitted
+        self._checks = graph.checks
+        self._cut = graph.run_time_lengths
+        self._step_counts: tuple[int | None, ...] = (None,) * graph.n_specialised
+
+    @property
+    def specialised(self) -> bool:
+        """Whether the graph is compiled once per distinct tuple of step counts."""
+        return bool(self._step_counts)
+
+    def __call__(self, *args):
+        step_counts = self._step_counts
+        for _ in range(len(step_counts) + 2):
+            outputs, reads = self._jitted(step_counts, *args)
+            if reads.empty():
+                return outputs
+            lengths, error_code, counts = jax.device_get((reads.lengths, reads.error_code, reads.step_counts))
+            if not all(bool(matched) for _, matched in counts):
+                step_counts = tuple(int(taken) for taken, _ in counts)
+                continue
+            self._step_counts = step_counts
+            if error_code is not None:
+                raise_failure(int(error_code), self._checks)
+            outputs = list(outputs)
+            for position, length in zip(self._cut, lengths, strict=True):
+                outputs[position] = jax.lax.slice_in_dim(outputs[position], 0, int(length))
+            return outputs
+        raise RuntimeError("while-Scan step counts changed between runs on the same inputs")

@@ -1,0 +1,169 @@
+"""A graph with while-Scan traces of run-time length, as one function JAX traces: node by node, in order.
+
+`bounded_graph` runs the nodes of a `BoundedPlan` with their length-aware
+lowerings (the others with their ordinary ones), folds the rules' run-time
+conditions into one error code, and climbs a ladder of capacities: the
+while-Scans first get room for `FIRST_CAPACITY` steps, and only a call whose
+loop runs out of room computes again, inside ``lax.cond``, with
+`CAPACITY_GROWTH` times more, up to the bound. A loop that stops after a few
+steps thus costs a few steps however generous its bound, in the loop, in the
+buffers and in every op after it (a gradient's backward Scan), and no length
+leaves the device. Under ``vmap`` a ``lax.cond`` computes both branches, so
+there a call costs every rung up to the bound.
+
+`step_counted_graph` runs an `ExactLengthsNeeded` graph with the traces cut
+to assumed step counts, and returns the counts taken (JAX_GPU only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from pytensor.graph.basic import Apply, Constant, Variable
+
+from gpubackend.dispatch.jax.while_scan.checks import NodeResult, first_failure
+from gpubackend.dispatch.jax.while_scan.plan import BoundedPlan, ExactLengthsNeeded
+from gpubackend.dispatch.jax.while_scan.traces import specialised_scan
+from gpubackend.dispatch.jax.while_scan.values import Bounded, BoundedInt, as_kind, with_capacity
+
+FIRST_CAPACITY = 16
+CAPACITY_GROWTH = 16
+
+
+class GraphRun(NamedTuple):
+    outputs: list
+    """Plain values, and `Bounded` ones for the outputs whose length is known only at run time."""
+    error_code: Any
+    """`checks.first_failure` of the graph's run-time conditions (None when all are proven)."""
+    overflow: Any
+
+
+def _constants(fgraph, order: Sequence[Apply], constant: Callable[[Constant], Any]) -> dict[Variable, Any]:
+    values = {value: constant(value) for node in order for value in node.inputs if isinstance(value, Constant)}
+    values.update((value, constant(value)) for value in fgraph.outputs if isinstance(value, Constant))
+    return values
+
+
+def _either(overflow, other):
+    """``overflow | other``, kept a Python False while neither can happen."""
+    if overflow is False:
+        return other
+    return overflow if other is False else overflow | other
+
+
+def _as_output(value, run_time_length: bool, static_length: int | None):
+    """A graph output: a `Bounded` one is kept where its length is known only at run time, else cut to its type's."""
+    if isinstance(value, BoundedInt):
+        return value.value
+    if isinstance(value, Bounded) and not run_time_length:
+        return with_capacity(value.buffer, static_length)
+    return value
+
+
+def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn: Callable[[Apply], Callable], constant) -> Callable:
+    """``graph(*inputs) -> GraphRun``: the plan's graph, at the capacity the ladder settles on."""
+    plain_fns = {node: default_fn(node) for node in order if node not in plan.lowerings}
+    constants = _constants(fgraph, order, constant)
+    run_time = [output in plan.run_time_lengths for output in fgraph.outputs]
+
+    def run(inputs: Sequence, capacity: int | None) -> GraphRun:
+        values: dict[Variable, Any] = {**constants, **dict(zip(fgraph.inputs, inputs, strict=True))}
+        oks: list = []
+        overflow: Any = False
+        for node in order:
+            arguments = [values[value] for value in node.inputs]
+            lowering = plan.lowerings.get(node)
+            if lowering is None:
+                outputs = plain_fns[node](*arguments)
+            else:
+                result = lowering.fn(*arguments, capacity=capacity) if lowering.capacity_limited else lowering.fn(*arguments)
+                if isinstance(result, NodeResult):
+                    result, node_oks, node_overflow = result
+                    oks.extend(node_oks)
+                    overflow = _either(overflow, node_overflow)
+                outputs = [result] if len(node.outputs) == 1 else result
+                outputs = [as_kind(value, kind) for value, kind in zip(outputs, lowering.output_kinds, strict=True)]
+                values.update(zip(node.outputs, outputs, strict=True))
+                continue
+            values.update(zip(node.outputs, [outputs] if len(node.outputs) == 1 else outputs, strict=True))
+        results = [
+            _as_output(values[output], keep, output.type.shape[0] if getattr(output.type, "ndim", 0) else None)
+            for output, keep in zip(fgraph.outputs, run_time, strict=True)
+        ]
+        return GraphRun(results, first_failure(oks), overflow)
+
+    if plan.run_time_lengths:
+        # Outputs of run-time length are returned at the size of their buffers: one rung, at the bound.
+        return lambda *inputs: run(inputs, None)
+
+    def laddered(*inputs) -> GraphRun:
+        def run_at(capacity: int) -> GraphRun:
+            return run(inputs, capacity)
+
+        return _climb(run_at, *_rungs(run_at))
+
+    return laddered
+
+
+def _rungs(run_at: Callable[[int], GraphRun]) -> tuple[list[int], bool]:
+    """The capacities the ladder may climb to, and whether any rung has an error code.
+
+    Each rung is traced once under ``jax.eval_shape``, which stages nothing,
+    only to learn what its Python-level structure is while tracing.
+    """
+    capacities, with_code = [], False
+    capacity = FIRST_CAPACITY
+    while True:
+        seen = {}
+
+        def probe(capacity=capacity, seen=seen):
+            result = run_at(capacity)
+            seen.update(code=result.error_code is not None, last=result.overflow is False)
+            return result.outputs
+
+        jax.eval_shape(probe)
+        capacities.append(capacity)
+        with_code |= seen["code"]
+        if seen["last"]:
+            return capacities, with_code
+        capacity *= CAPACITY_GROWTH
+
+
+def _climb(run_at: Callable[[int], GraphRun], capacities: Sequence[int], with_code: bool) -> GraphRun:
+    """The first rung that does not overflow; each higher one computed only when the one below overflows."""
+    result = run_at(capacities[0])
+    code = result.error_code if result.error_code is not None or not with_code else jnp.int32(0)
+    if len(capacities) == 1:
+        return GraphRun(result.outputs, code, False)
+    outputs, code = jax.lax.cond(
+        result.overflow,
+        lambda: tuple(_climb(run_at, capacities[1:], with_code)[:2]),
+        lambda: (result.outputs, code),
+    )
+    return GraphRun(outputs, code, False)
+
+
+def step_counted_graph(fgraph, order: Sequence[Apply], plan: ExactLengthsNeeded, default_fn: Callable[[Apply], Callable], constant, **kwargs) -> Callable:
+    """``graph(assumed_steps, *inputs) -> (outputs, ((steps_taken, matched), ...))``, one pair per while-Scan of the plan."""
+    specialised = {node: specialised_scan(node.op, node, **kwargs) for node in plan.nodes}
+    fns = {node: specialised.get(node) or default_fn(node) for node in order}
+    constants = _constants(fgraph, order, constant)
+
+    def graph(assumed_steps: tuple[int | None, ...], *inputs):
+        assumed: Mapping[Apply, int | None] = dict(zip(plan.nodes, assumed_steps, strict=True))
+        values: dict[Variable, Any] = {**constants, **dict(zip(fgraph.inputs, inputs, strict=True))}
+        counts = []
+        for node in order:
+            arguments = [values[value] for value in node.inputs]
+            if node in specialised:
+                outputs, taken, matched = fns[node](*arguments, assumed_steps=assumed[node])
+                counts.append((taken, matched))
+            else:
+                outputs = fns[node](*arguments)
+            values.update(zip(node.outputs, [outputs] if len(node.outputs) == 1 else outputs, strict=True))
+        return [values[output] for output in fgraph.outputs], tuple(counts)
+
+    return graph

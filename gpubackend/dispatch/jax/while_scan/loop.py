@@ -1,0 +1,233 @@
+"""The loop of a Scan over lengths and buffers that may be known only at run time, with room for ``capacity`` steps.
+
+A while-Scan runs at most ``n_steps`` iterations and stops after the first one
+whose ``until`` condition is true. Its traced outputs live in buffers written
+at ``(init + step) % size``, as PyTensor's own Scan writes them, so a buffer
+shortened by PyTensor's memory rewrites is a ring buffer.
+
+A trace PyTensor may trim to the steps taken is given room for ``capacity``
+steps rather than for its bound (`LoopResult.overflow` tells when the loop
+stopped only because that room was full): every op after it then works on
+``capacity`` entries, so a graph costs the steps it takes, not its bound
+(`interpreter` climbs to more room when it is not enough). Only the initial
+entries of the graph's own buffer are read, so XLA drops the allocation of
+its full size.
+
+Where JAX may differentiate the lowered graph (`LoweringContext.jax_differentiable`),
+the loop is Equinox's bounded while loop, which ``jax.grad`` (also under
+``pmap``) and ``jax.jvp`` support; elsewhere it is ``lax.while_loop``, which
+exits as soon as it stops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import chain
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from pytensor.scan.op import Scan
+
+from gpubackend.dispatch.jax.lowering_context import lowering_context
+from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
+from gpubackend.dispatch.jax.while_scan.values import as_bounded, as_bounded_int, bounds_of, is_traced, value_of
+
+
+class Trace(NamedTuple):
+    buffer: jax.Array
+    size: Any
+    """The size entries wrap at: an int, or a `BoundedInt` (a for-Scan's buffer sized by a trace)."""
+    slot: int
+    """Initial entries (a tap's depth; 0 for a nit-sot)."""
+
+
+class LoopResult(NamedTuple):
+    """Everything a Scan loop leaves, before its traces are put in PyTensor's order."""
+
+    n_steps: Any
+    steps_taken: Any
+    steps_bounds: tuple[float, float]
+    """The interval of ``steps_taken`` known while tracing."""
+    mit_mot: list[tuple[jax.Array, Any]]
+    traces: list[Trace]
+    untraced: list[Any]
+    overflow: Any
+    """The loop stopped only because a buffer was full (a traced boolean), or False where it cannot."""
+
+
+def traced_slots(op: Scan) -> list[int]:
+    """Initial entries per traced output (mit-sot, sit-sot, then nit-sot)."""
+    return [*(-min(taps) for taps in (*op.info.mit_sot_in_slices, *op.info.sit_sot_in_slices)), *([0] * op.info.n_nit_sot)]
+
+
+def _keeps_every_step(store: int, init_len: int) -> bool:
+    """True if the ring buffer is full after any first step, so PyTensor never trims it."""
+    return store <= init_len + 1
+
+
+def static_trace_sizes(op: Scan, node) -> list[int | None]:
+    """The declared buffer size of each traced output, where the graph fixes it."""
+    outer = list(node.inputs)
+    sizes = [buffer.type.shape[0] for buffer in (*op.outer_mitsot(outer), *op.outer_sitsot(outer))]
+    return sizes + [None if getattr(size, "data", None) is None else int(size.data) for size in op.outer_nitsot(outer)]
+
+
+def possibly_trimmed_traces(op: Scan, node) -> list[bool]:
+    """Per traced output of a while-Scan: whether PyTensor may trim it to the steps taken."""
+    if not op.info.as_while:
+        return [False] * len(traced_slots(op))
+    return [
+        size is None or not _keeps_every_step(size, slot)
+        for size, slot in zip(static_trace_sizes(op, node), traced_slots(op), strict=True)
+    ]
+
+
+def _with_room(buffer: jax.Array, slot: int, capacity: int) -> jax.Array:
+    """The first ``slot`` (initial) entries of ``buffer`` in a buffer with room for ``capacity`` steps."""
+    room = jnp.zeros((capacity + slot, *buffer.shape[1:]), buffer.dtype)
+    return room.at[:slot].set(buffer[:slot]) if slot else room
+
+
+def _like(new, old):
+    """``new`` in the dtype of the carried ``old`` (leaf by leaf: a random generator's state is a dict)."""
+    return jax.tree.map(lambda value, previous: jnp.asarray(value, dtype=jnp.asarray(previous).dtype), new, old)
+
+
+def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, int | None], LoopResult]:
+    """The loop of any Scan: ``run(outer_inputs, capacity)``; ``capacity`` None gives the trimmable traces their bound."""
+    kwargs.pop("storage_map", None)
+    jax_differentiable = lowering_context(kwargs).jax_differentiable
+    inner_fn = jax_gpu_funcify(op.fgraph, **kwargs)
+    info = op.info
+    tap_slices = [*info.mit_sot_in_slices, *info.sit_sot_in_slices]
+    slots = traced_slots(op)
+    n_taps = len(tap_slices)
+    mit_mot_in, mit_mot_out = info.normalized_mit_mot_in_slices, info.normalized_mit_mot_out_slices
+
+    def run(outer_inputs: list, capacity: int | None) -> LoopResult:
+        n_steps = value_of(outer_inputs[0])
+        n_low, n_high = (float(bound) for bound in bounds_of(outer_inputs[0]))
+        seqs = [as_bounded(seq).buffer for seq in op.outer_seqs(outer_inputs)]
+        mit_mot = [as_bounded(buffer) for buffer in op.outer_mitmot(outer_inputs)]
+        taps = [as_bounded(buffer) for buffer in (*op.outer_mitsot(outer_inputs), *op.outer_sitsot(outer_inputs))]
+        untraced = list(op.outer_untraced_sit_sot(outer_inputs))
+        non_seqs = [value_of(value) for value in op.outer_non_seqs(outer_inputs)]
+        nit_sizes = [as_bounded_int(size) for size in op.outer_nitsot(outer_inputs)]
+        if any(not np.isfinite(size.high) for size in nit_sizes):
+            raise NotImplementedError(f"{op}: a nit-sot length known only at run time, with no bound")
+
+        tap_buffers = [tap.buffer for tap in taps]
+        tap_sizes: list[Any] = [tap.length for tap in taps]
+        nit_rooms = [int(size.high) for size in nit_sizes]
+        nit_sizes_in_loop: list[Any] = list(nit_sizes)
+        limited = False
+        if capacity is not None and capacity < n_high:
+            for position, (tap, slot) in enumerate(zip(taps, slots, strict=False)):
+                if trimmable[position] and tap.capacity > capacity + slot:
+                    tap_buffers[position] = _with_room(tap.buffer, slot, capacity)
+                    tap_sizes[position] = capacity + slot
+                    limited = True
+            for position, room in enumerate(nit_rooms):
+                if trimmable[n_taps + position] and room > capacity:
+                    nit_rooms[position] = nit_sizes_in_loop[position] = capacity
+                    limited = True
+        limit = min(n_high, capacity) if limited else n_high
+
+        def inner_inputs(step, mit_mot_buffers, buffers, untraced_values):
+            mit_mot_taps = chain.from_iterable(
+                (buffer[step + tap] for tap in in_taps) for buffer, in_taps in zip(mit_mot_buffers, mit_mot_in, strict=True)
+            )
+            tap_values = chain.from_iterable(
+                (buffer[(step + slot + tap) % value_of(size)] for tap in in_taps)
+                for buffer, in_taps, slot, size in zip(buffers, tap_slices, slots, tap_sizes, strict=False)
+            )
+            return (*(seq[step] for seq in seqs), *mit_mot_taps, *tap_values, *untraced_values, *non_seqs)
+
+        def step_outputs(step, mit_mot_buffers, buffers, untraced_values):
+            outputs = list(inner_fn(*inner_inputs(step, mit_mot_buffers, buffers, untraced_values)))
+            stop = outputs[-1] if info.as_while else False
+            return (
+                op.inner_mitmot_outs_grouped(outputs),
+                [*op.inner_mitsot_outs(outputs), *op.inner_sitsot_outs(outputs)],
+                op.inner_nitsot_outs(outputs),
+                op.inner_untraced_sit_sot_outs(outputs),
+                stop,
+            )
+
+        mit_mot_buffers = [buffer.buffer for buffer in mit_mot]
+        nit_specs = jax.eval_shape(lambda: step_outputs(0, mit_mot_buffers, tap_buffers, untraced)[2])
+        nit_buffers = [jnp.zeros((room, *spec.shape), spec.dtype) for room, spec in zip(nit_rooms, nit_specs, strict=True)]
+
+        def keep_going(carry):
+            step, stop, *_ = carry
+            going = (step < n_steps) & ~stop
+            return going & (step < capacity) if limited else going
+
+        def body(carry):
+            step, _, mit_mot_bufs, bufs, nit_bufs, untraced_values = carry
+            mit_mot_outs, tap_outs, nit_outs, untraced_outs, stop = step_outputs(step, mit_mot_bufs, bufs, untraced_values)
+            mit_mot_bufs = [
+                _written_at_taps(buffer, step, out_taps, values)
+                for buffer, values, out_taps in zip(mit_mot_bufs, mit_mot_outs, mit_mot_out, strict=True)
+            ]
+            bufs = [
+                buffer.at[(step + slot) % value_of(size)].set(jnp.asarray(value, buffer.dtype))
+                for buffer, value, slot, size in zip(bufs, tap_outs, slots, tap_sizes, strict=False)
+            ]
+            nit_bufs = [
+                buffer.at[step % value_of(size)].set(jnp.asarray(value, buffer.dtype))
+                for buffer, value, size in zip(nit_bufs, nit_outs, nit_sizes_in_loop, strict=True)
+            ]
+            return step + 1, jnp.asarray(stop, bool), mit_mot_bufs, bufs, nit_bufs, _like(untraced_outs, untraced_values)
+
+        step_dtype = jnp.asarray(n_steps).dtype
+        init = (jnp.asarray(0, step_dtype), jnp.asarray(False), mit_mot_buffers, tap_buffers, nit_buffers, untraced)
+        max_steps = int(limit) if np.isfinite(limit) else None
+        steps_taken, stopped, mit_mot_final, tap_final, nit_final, untraced_final = _while_loop(
+            keep_going, body, init, max_steps if jax_differentiable else None
+        )
+        overflow = (steps_taken >= capacity) & (steps_taken < n_steps) & ~stopped if limited else False
+        fewest = min(1.0, n_low) if info.as_while else n_low
+        sizes = [*tap_sizes, *nit_sizes_in_loop]
+        traces = [Trace(buffer, size, slot) for buffer, size, slot in zip([*tap_final, *nit_final], sizes, slots, strict=True)]
+        mit_mot_result = [(buffer, given.length) for buffer, given in zip(mit_mot_final, mit_mot, strict=True)]
+        return LoopResult(n_steps, steps_taken, (max(fewest, 0.0), limit), mit_mot_result, traces, untraced_final, overflow)
+
+    return run
+
+
+def _written_at_taps(buffer: jax.Array, step, taps: Sequence[int], values: Sequence) -> jax.Array:
+    # One scalar-indexed write per tap is a dynamic-update-slice, which XLA does in place in a loop.
+    for tap, value in zip(taps, values, strict=True):
+        buffer = buffer.at[step + tap].set(jnp.asarray(value, buffer.dtype))
+    return buffer
+
+
+def _while_loop(keep_going: Callable, body: Callable, init, max_steps: int | None):
+    """``lax.while_loop``, differentiable by JAX in both modes when the step bound is known while tracing.
+
+    PyMC's JAX samplers take ``jax.grad`` of the lowered graph, which a plain
+    ``lax.while_loop`` does not support. Equinox's bounded loop does, in both
+    modes; its checkpointed loop fails under ``jax.pmap`` of ``jax.grad``
+    (numpyro's default chain method) with "Closure-converted function called
+    with different dynamic arguments".
+    """
+    if max_steps is None:
+        return jax.lax.while_loop(keep_going, body, init)
+    import equinox.internal as eqxi  # equinox loads with the first while-Scan, not with gpubackend
+
+    return eqxi.while_loop(keep_going, body, init, max_steps=max(int(max_steps), 1), kind="bounded")
+
+
+def is_static(*values) -> bool:
+    return not any(is_traced(value) for value in values)
+
+
+def rotated(buffer: jax.Array, init_len: int, steps_taken) -> jax.Array:
+    """A full ring buffer rotated so that its oldest entry comes first, as PyTensor returns it."""
+    store = buffer.shape[0]
+    if store <= 1:
+        return buffer
+    return jnp.roll(buffer, -((steps_taken + init_len) % store), axis=0)

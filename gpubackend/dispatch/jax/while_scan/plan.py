@@ -1,0 +1,84 @@
+"""How one graph lowers the while-Scan traces whose length depends on the data, decided once at lowering.
+
+`plan_graph` follows the values of run-time length from each while-Scan
+PyTensor may trim, through the rules of `bounded_jax_funcify`, and picks:
+
+- `BoundedPlan`: every node that sees a run-time length has a rule. The
+  traces stay `Bounded` and nothing needs their exact length. Outputs of
+  static shape come out as plain arrays; an output of run-time length
+  (``xs`` itself) is one only a linker that reads lengths back can return.
+- `ExactLengthsNeeded`: a node has no rule for what it sees, so the traces
+  must have their exact length: only a linker that specialises on step
+  counts (JAX_GPU) can run the graph.
+- None: no trace of the graph may be trimmed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pytensor.graph.basic import Apply, Variable
+from pytensor.scan.op import Scan
+
+from gpubackend.dispatch.jax.while_scan.checks import RuntimeCheck
+from gpubackend.dispatch.jax.while_scan.loop import possibly_trimmed_traces
+from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
+from gpubackend.dispatch.jax.while_scan.values import Kind
+
+
+def trimmed_while_scans(order: Sequence[Apply]) -> list[Apply]:
+    return [node for node in order if isinstance(node.op, Scan) and any(possibly_trimmed_traces(node.op, node))]
+
+
+@dataclass(frozen=True)
+class BoundedPlan:
+    while_scans: tuple[Apply, ...]
+    """The while-Scans whose traces may be trimmed."""
+
+    lowerings: Mapping[Apply, BoundedLowering]
+    """The length-aware lowering of each node that sees a run-time length."""
+
+    output_kinds: tuple[Kind, ...]
+
+    run_time_lengths: tuple[Variable, ...]
+    """The graph's outputs whose length is known only at run time."""
+
+    @property
+    def checks(self) -> tuple[RuntimeCheck, ...]:
+        """Every check the graph may need, in the order of its nodes."""
+        return tuple(check for lowering in self.lowerings.values() for check in lowering.checks)
+
+
+@dataclass(frozen=True)
+class ExactLengthsNeeded:
+    nodes: tuple[Apply, ...]
+    """The while-Scans whose traces must have their exact length."""
+
+    consumer: Apply
+    """The first node with no rule for what it sees."""
+
+    reason: str
+
+
+def plan_graph(fgraph, order: Sequence[Apply], **kwargs) -> BoundedPlan | ExactLengthsNeeded | None:
+    """None when no while-Scan trace of the graph (whose nodes, in order, are ``order``) may be trimmed."""
+    trimmed = trimmed_while_scans(order)
+    if not trimmed:
+        return None
+    kinds: dict[Variable, Kind] = {}
+    lowerings: dict[Apply, BoundedLowering] = {}
+    for node in order:
+        input_kinds = tuple(kinds.get(value) for value in node.inputs)
+        if node not in trimmed and not any(input_kinds):
+            continue
+        try:
+            lowering = bounded_jax_funcify(node.op, node, input_kinds, **kwargs)
+        except NotImplementedError as error:
+            return ExactLengthsNeeded(tuple(trimmed), node, str(error))
+        lowerings[node] = lowering
+        kinds.update((output, kind) for output, kind in zip(node.outputs, lowering.output_kinds, strict=True) if kind)
+    run_time_lengths = tuple(
+        output for output in fgraph.outputs if kinds.get(output) == "array" and output.type.shape[0] is None
+    )
+    return BoundedPlan(tuple(trimmed), lowerings, tuple(kinds.get(output) for output in fgraph.outputs), run_time_lengths)

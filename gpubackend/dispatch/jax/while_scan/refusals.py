@@ -1,0 +1,49 @@
+"""`DataDependentLengthError`s that name the op, the path the graph is on, and what the caller can do there."""
+
+from __future__ import annotations
+
+from gpubackend.dispatch.jax.lowering_context import LoweringContext
+from gpubackend.errors import DataDependentLengthError
+
+_STOCK_PATH = (
+    "a JAX linker that cannot read a length back to the host (mode='JAX', and get_jaxified_graph, which "
+    "numpyro, blackjax and nutpie's JAX backend use)"
+)
+_INNER_PATH = "the inner graph of another op (a Scan's body, an OpFromGraph), whose outputs need one shape for every call"
+_STATIC_SHAPES = (
+    "make the result a value of static shape: trace[-1], a reduction such as trace.sum(), or the trace padded to "
+    "its bound (pt.set_subtensor(pt.zeros((n_steps, ...))[: trace.shape[0]], trace))"
+)
+_JAX_GPU = (
+    "Where you compile the function yourself, mode='JAX_GPU' returns it (pytensor.function, or "
+    "pm.sample(nuts_sampler='pymc', compile_kwargs={'mode': 'JAX_GPU'})); on this path, "
+)
+
+
+def _path(context: LoweringContext) -> str:
+    return _INNER_PATH if context.nested else _STOCK_PATH
+
+
+def run_time_length_output(scan, output, context: LoweringContext) -> DataDependentLengthError:
+    advice = ("To run it, " if context.nested else _JAX_GPU) + _STATIC_SHAPES
+    return DataDependentLengthError(
+        f"{scan}: output {output} has the length of this while-Scan's trace, which depends on how many steps the "
+        f"`until` condition allows; {_path(context)} cannot return a data-dependent shape. {advice}."
+    )
+
+
+def no_length_rule(scan, consumer, reason: str, context: LoweringContext) -> DataDependentLengthError:
+    specialise = "" if context.nested else " mode='JAX_GPU' specialises such a graph on the step counts taken instead."
+    return DataDependentLengthError(
+        f"{scan}: its trace, of a length known only at run time, reaches {consumer.op}, which needs its exact "
+        f"length ({reason}); in {_path(context)} the length cannot be read back. Compute a value of static shape "
+        f"before {consumer.op} (trace[-1], a reduction, or the trace padded to its bound).{specialise}"
+    )
+
+
+def unbounded_step_count(scan, context: LoweringContext) -> DataDependentLengthError:
+    return DataDependentLengthError(
+        f"{scan}: its number of steps is computed from the data, so no bound for its trace is known while JAX "
+        "traces the graph. Give the loop a bound that comes from a shape or an integer input (n_steps=n_max), "
+        "and stop it early with `until`."
+    )
