@@ -256,8 +256,9 @@ def _steady_state_loglike(data, a_star, P_star, T, Z, H) -> pt.TensorVariable:
         v = y - Z @ a
         return T @ (a + K_star @ v), _gaussian_loglike(v, F_chol_star)
 
-    # Explicit non-sequences: a Scan would take a closure's graph inputs instead, and the
-    # pullback, which differentiates with respect to the op's (non-root) inputs, would miss them.
+    # Explicit non-sequences: from a closure, Scan takes the graph's root inputs (the sigmas)
+    # and recomputes K_star inside its body, so the pullback, which differentiates with respect
+    # to the op's inputs (H, Q: not roots), would miss every path through this Scan.
     return pytensor.scan(
         steady_step,
         sequences=[data],
@@ -288,7 +289,8 @@ class ConvergentKalmanFilter(SymbolicOp):
     settles, then a for-Scan runs the remaining observations with the
     steady-state gain. As in pymc-extras, the pullback is its own and never
     differentiates the while-Scan: it replays the pass with the split fixed at
-    the steps taken (two for-Scans) and differentiates that.
+    the steps taken (two for-Scans) and differentiates that (pymc-extras
+    differentiates the steady-state part by hand instead).
     """
 
     inline = True

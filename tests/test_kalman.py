@@ -30,16 +30,16 @@ from tests.pymc_models import (
     ConvergentKalmanFilter,
     local_level_system,
 )
-from tests.test_pymc import LOGP_PATHS, _pytensor_logp_dlogp, model
+from tests.test_pymc import LOGP_PATHS, pytensor_logp_dlogp, model
 
 # The convergent filter's error is the gain frozen a step or so before the fixed point:
 # a covariance off by about RICCATI_TOL over the remaining steps, far above rounding.
 RTOL = {"kalman_standard": 1e-10, "kalman_convergent": 1e-8}
-PATHS = {"NUMBA": _pytensor_logp_dlogp("NUMBA"), "FAST_COMPILE": _pytensor_logp_dlogp("FAST_COMPILE"), **LOGP_PATHS}
-# (sigma_state, sigma_obs): the covariance settles after 13, 19 and 4 steps; at the
-# third point it never does, and only the last observation runs with the steady gain.
+PATHS = {"NUMBA": pytensor_logp_dlogp("NUMBA"), "FAST_COMPILE": pytensor_logp_dlogp("FAST_COMPILE"), **LOGP_PATHS}
+# (sigma_state, sigma_obs): the covariance settles after 13 steps, 19, never (only the
+# last observation runs with the steady gain), 4.
 SIGMA_POINTS = ((1.0, 1.0), (0.3, 0.5), (0.1, 1.0), (2.0, 0.2))
-# A walk across the posterior's neighbourhood that meets over 20 distinct step counts.
+# From a covariance that never settles to one that settles in 6 steps: over 20 distinct step counts.
 WALK = tuple(zip(np.geomspace(0.05, 2.0, 30), np.full(30, 0.5), strict=True))
 MAX_COMPILES = 3
 # Emitted by JAX around every XLA compilation, or load from its persistent cache.
