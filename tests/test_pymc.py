@@ -209,7 +209,7 @@ def _numba_logp_dlogp(m: pm.Model):
     return m.compile_logp(mode="NUMBA"), m.compile_dlogp(mode="NUMBA")
 
 
-def _pytensor_logp_dlogp(mode: str):
+def pytensor_logp_dlogp(mode: str):
     return lambda m: (m.compile_logp(mode=mode), m.compile_dlogp(mode=mode))
 
 
@@ -234,8 +234,8 @@ def _jaxified_logp_dlogp(m: pm.Model):
 
 LOGP_PATHS = {
     "jaxified_jax_grad": _jaxified_logp_dlogp,  # numpyro, blackjax, nutpie gradient_backend="jax"
-    "stock_JAX_pytensor_grad": _pytensor_logp_dlogp("JAX"),  # nutpie gradient_backend="pytensor"
-    "JAX_GPU": _pytensor_logp_dlogp("JAX_GPU"),  # pm.sample, find_MAP
+    "stock_JAX_pytensor_grad": pytensor_logp_dlogp("JAX"),  # nutpie gradient_backend="pytensor"
+    "JAX_GPU": pytensor_logp_dlogp("JAX_GPU"),  # pm.sample, find_MAP
 }
 def fixed_points(m: pm.Model) -> list[dict[str, np.ndarray]]:
     """The initial point and two points moved off it, in the value (transformed) space."""
