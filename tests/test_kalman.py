@@ -41,7 +41,6 @@ PATHS = {"NUMBA": pytensor_logp_dlogp("NUMBA"), "FAST_COMPILE": pytensor_logp_dl
 SIGMA_POINTS = ((1.0, 1.0), (0.3, 0.5), (0.1, 1.0), (2.0, 0.2))
 # From a covariance that never settles to one that settles in 6 steps: over 20 distinct step counts.
 WALK = tuple(zip(np.geomspace(0.05, 2.0, 30), np.full(30, 0.5), strict=True))
-MAX_COMPILES = 3
 # Emitted by JAX around every XLA compilation, or load from its persistent cache.
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
@@ -132,8 +131,13 @@ def test_jax_gpu_compiles_are_bounded_while_the_step_count_changes() -> None:
     m = CASES["kalman_convergent"].build()
     assert len({riccati_settling_steps(*sigmas) for sigmas in WALK}) > 20
     logp_dlogp = m.logp_dlogp_function(ravel_inputs=True, mode="JAX_GPU")
-    with backend_compiles() as compiled:
-        for sigmas in WALK:
-            logp_dlogp(np.concatenate([np.ravel(v) for v in value_point(m, sigmas).values()]))
-    # At least one: a fresh function that compiles nothing means the listener heard nothing.
-    assert 1 <= len(compiled) <= MAX_COMPILES, compiled
+    points = [np.concatenate([np.ravel(v) for v in value_point(m, sigmas).values()]) for sigmas in WALK]
+    with backend_compiles() as first:
+        logp_dlogp(points[0])
+    # A fresh function that compiles nothing on its first call means the listener heard nothing.
+    assert first, "the first call compiled nothing: the compile listener is not hearing JAX"
+    with backend_compiles() as later:
+        for point in points[1:]:
+            logp_dlogp(point)
+    # The step count changes at almost every point; the compiled graph serves them all.
+    assert not later, later

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from pytensor.tensor.basic import Alloc, AllocEmpty, Join
+from pytensor.tensor.basic import Alloc, AllocEmpty, Join, Split
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
@@ -25,10 +25,13 @@ from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
+    BoundedInt,
     Table,
     as_bounded,
+    as_bounded_int,
     bounds_of,
     common_tables,
+    entry_of,
     exactly,
     length_between,
     tabulated,
@@ -103,12 +106,45 @@ def _join_leading(*parts) -> Bounded:
         # Entries beyond a part's length are overwritten by the next part or lie beyond the total.
         buffer = jax.lax.dynamic_update_slice_in_dim(buffer, part.buffer.astype(dtype), offset, 0)
         offset = offset + part.length.value
-    common = common_tables([part.length for part in parts])
+    return Bounded(buffer, _integer_sum(offset, [part.length for part in parts]))
+
+
+@bounded_jax_funcify.register(Split)
+def _split(op: Split, node, input_kinds, **kwargs) -> BoundedLowering:
+    """The inverse of a join along the leading axis (its gradient): each part is `Bounded` at its run-time size."""
+    if op.axis != 0:
+        raise NotImplementedError(f"{op}: splitting along another axis than the run-time length's")
+    checks = (
+        RuntimeCheck(ValueError, f"{op}: split sizes do not sum to the length of the axis"),
+        RuntimeCheck(ValueError, "Split sizes cannot be negative"),
+    )
+
+    def split(x, splits):
+        buffer, length = as_bounded(x)
+        sizes = [entry_of(as_bounded_int(splits), index) for index in range(op.len_splits)]
+        if not all(np.isfinite(size.high) for size in sizes):
+            raise NotImplementedError(f"{op}: a split size known only at run time, with no bound")
+        parts, offset = [], 0
+        for size in sizes:
+            room = min(int(size.high), buffer.shape[0])
+            positions = jnp.clip(offset + jnp.arange(room), 0, buffer.shape[0] - 1)
+            parts.append(Bounded(buffer[positions], size))
+            offset = offset + size.value
+        total = _integer_sum(offset, sizes)
+        non_negative = True if all(size.low >= 0 for size in sizes) else jnp.all(value_of(splits) >= 0)
+        return NodeResult(parts, (same_length(length, total), non_negative))
+
+    return BoundedLowering(split, ("array",) * op.len_splits, checks)
+
+
+def _integer_sum(value, terms) -> BoundedInt:
+    """``value``, the sum of ``terms``, with their table summed, or their bounds."""
+    common = common_tables(terms)
     if common is not None:
         table, listed = common
-        return Bounded(buffer, tabulated(offset, Table(table.atom, table.first, np.sum(listed, axis=0).astype(np.int64))))
-    low, high = (sum(float(bound) for bound in bounds) for bounds in zip(*(bounds_of(part.length) for part in parts), strict=True))
-    return Bounded(buffer, length_between(offset, low, high))
+        return tabulated(value, Table(table.atom, table.first, np.sum(listed, axis=0).astype(np.int64)))
+    low, high = (sum(float(bound) for bound in bounds) for bounds in zip(*(bounds_of(term) for term in terms), strict=True))
+    return length_between(value, low, high)
 
 
 @bounded_jax_funcify.register(SpecifyShape)

@@ -225,13 +225,15 @@ def _plain_subtensor(op: Subtensor, fn, index_kinds, checks) -> BoundedLowering:
 
 
 def _integer_subtensor(op: Subtensor, fn) -> BoundedLowering:
-    """An entry of a shape vector: its bounds are the entry's when the position is known while tracing."""
+    """An entry of a shape vector: its bounds and table are the entry's when the position is known while tracing."""
 
     def integer_entry(x: BoundedInt, *index_inputs):
         value = fn(x.value, *(value_of(i) for i in index_inputs))
         positions = indices_from_subtensor([known_value(i) for i in index_inputs], op.idx_list)
         if any(position is None for position in positions if not isinstance(position, slice)):
             return BoundedInt(value, np.full(np.shape(value), np.min(x.low)), np.full(np.shape(value), np.max(x.high)))
+        if x.table is not None:
+            return tabulated(value, Table(x.table.atom, x.table.first, x.table.values[(slice(None), *positions)]))
         return BoundedInt(value, x.low[tuple(positions)], x.high[tuple(positions)])
 
     return BoundedLowering(integer_entry, ("int",))

@@ -76,9 +76,8 @@ def _exact_bounds(scalar_op, boxes) -> tuple[np.ndarray, np.ndarray]:
     return exact, exact
 
 
-def integer_bounds(op: Elemwise, boxes, boolean: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The interval of ``op`` over the boxes of its integer arguments."""
-    scalar_op = op.scalar_op
+def integer_bounds(scalar_op, boxes, boolean: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The interval of ``scalar_op`` over the boxes of its integer arguments."""
     if isinstance(scalar_op, ps.Cast) and np.dtype(scalar_op.o_type.dtype).kind != "b":
         ufunc = _CORNER_UFUNCS[ps.Identity]
     else:
@@ -132,7 +131,16 @@ def _tabulated_result(scalar_op, inputs, value, boolean: bool) -> BoundedInt | N
 
 def integer_elemwise(op: Elemwise, node, **kwargs) -> BoundedLowering:
     """An Elemwise over lengths and other integers; a non-integer result (a mean's divisor) is a plain value."""
-    fn = jax_gpu_funcify(op, node=node, **kwargs)
+    return _integer_scalar_op(op.scalar_op, jax_gpu_funcify(op, node=node, **kwargs), node)
+
+
+@bounded_jax_funcify.register(ps.ScalarOp)
+def _scalar_op(op: ps.ScalarOp, node, input_kinds, **kwargs) -> BoundedLowering:
+    """A scalar op of PyTensor's scalar graphs (``ScalarFromTensor`` then ``add``), as its Elemwise."""
+    return _integer_scalar_op(op, jax_gpu_funcify(op, node=node, **kwargs), node)
+
+
+def _integer_scalar_op(scalar_op, fn, node) -> BoundedLowering:
     if not all(_is_integral(output) for output in node.outputs):
         return BoundedLowering(lambda *inputs: fn(*(value_of(x) for x in inputs)), (None,) * len(node.outputs))
     booleans = [output.type.dtype == "bool" for output in node.outputs]
@@ -141,8 +149,8 @@ def integer_elemwise(op: Elemwise, node, **kwargs) -> BoundedLowering:
         value = fn(*(value_of(x) for x in inputs))
         boxes = [bounds_of(x) for x in inputs]
         if len(node.outputs) == 1:
-            tabulated_value = _tabulated_result(op.scalar_op, inputs, value, booleans[0]) if jnp.ndim(value) == 0 else None
-            return tabulated_value or BoundedInt(value, *integer_bounds(op, boxes, booleans[0]))
+            tabulated_value = _tabulated_result(scalar_op, inputs, value, booleans[0])
+            return tabulated_value or BoundedInt(value, *integer_bounds(scalar_op, boxes, booleans[0]))
         return [as_bounded_int(output) for output in value]
 
     return BoundedLowering(bounded_integers, ("int",) * len(node.outputs))
@@ -158,10 +166,8 @@ def _shape_i(op: Shape_i, node, input_kinds, **kwargs) -> BoundedLowering:
 @bounded_jax_funcify.register(Shape)
 def _shape(op: Shape, node, input_kinds, **kwargs) -> BoundedLowering:
     def shape_of_bounded(x: Bounded):
-        rest = np.asarray(x.buffer.shape[1:], dtype=np.float64)
-        low, high = (np.concatenate([[bound], rest]) for bound in (x.length.low, x.length.high))
         value = jnp.concatenate([jnp.reshape(jnp.asarray(x.length.value, "int64"), (1,)), jnp.asarray(x.buffer.shape[1:], "int64")])
-        return BoundedInt(value, low, high)
+        return _stacked(value, [x.length, *x.buffer.shape[1:]])
 
     return BoundedLowering(shape_of_bounded, ("int",))
 
@@ -179,20 +185,28 @@ def _make_vector(op: MakeVector, node, input_kinds, **kwargs) -> BoundedLowering
         return BoundedLowering(lambda *inputs: fn(*(value_of(x) for x in inputs)), (None,))
 
     def make_vector(*inputs):
-        boxes = [bounds_of(x) for x in inputs]
-        low = np.asarray([low for low, _ in boxes], dtype=np.float64)
-        high = np.asarray([high for _, high in boxes], dtype=np.float64)
-        return BoundedInt(fn(*(value_of(x) for x in inputs)), low, high)
+        return _stacked(fn(*(value_of(x) for x in inputs)), inputs)
 
     return BoundedLowering(make_vector, ("int",))
 
 
-def dimshuffled_bounds(op: DimShuffle, bound: np.ndarray) -> np.ndarray:
-    """``bound`` rearranged as ``op`` rearranges the value (the rule of ``DimShuffle.perform``)."""
-    rearranged = np.transpose(bound, op.shuffle + op.drop)
-    shape = list(rearranged.shape[: len(op.shuffle)])
+def _stacked(value, entries) -> BoundedInt:
+    """A vector of integers with the bounds, and the table where there is one, of its entries."""
+    common = common_tables(entries)
+    if common is not None:
+        table, listed = common
+        return tabulated(value, Table(table.atom, table.first, np.stack(listed, axis=1)))
+    boxes = [bounds_of(x) for x in entries]
+    return BoundedInt(value, np.asarray([low for low, _ in boxes], np.float64), np.asarray([high for _, high in boxes], np.float64))
+
+
+def dimshuffled_bounds(op: DimShuffle, bound: np.ndarray, leading: int = 0) -> np.ndarray:
+    """``bound`` rearranged as ``op`` rearranges the value (the rule of ``DimShuffle.perform``), after ``leading`` axes."""
+    kept = tuple(range(leading))
+    rearranged = np.transpose(bound, kept + tuple(axis + leading for axis in op.shuffle + op.drop))
+    shape = list(rearranged.shape[: leading + len(op.shuffle)])
     for axis in op.augment:
-        shape.insert(axis, 1)
+        shape.insert(leading + axis, 1)
     return rearranged.reshape(shape)
 
 
@@ -200,6 +214,9 @@ def integer_dimshuffle(op: DimShuffle, node, **kwargs) -> BoundedLowering:
     fn = jax_gpu_funcify(op, node=node, **kwargs)
 
     def dimshuffle(x: BoundedInt):
+        if x.table is not None:
+            table = x.table
+            return tabulated(fn(x.value), Table(table.atom, table.first, dimshuffled_bounds(op, table.values, leading=1)))
         return BoundedInt(fn(x.value), dimshuffled_bounds(op, x.low), dimshuffled_bounds(op, x.high))
 
     return BoundedLowering(dimshuffle, ("int",))

@@ -28,8 +28,12 @@ class Table(NamedTuple):
     atom: Any
     """The traced length, a `BoundedInt`'s value, this integer is computed from."""
     first: int
-    """The atom's smallest value: ``values[i]`` is this integer when the atom is ``first + i``."""
+    """The atom's smallest value: ``values[i]`` is this integer (scalar or vector) when the atom is ``first + i``."""
     values: np.ndarray
+
+    def entry(self, index) -> Table:
+        """The table of ``value[index]``."""
+        return Table(self.atom, self.first, self.values[(slice(None), *np.atleast_1d(index))])
 
 
 # Tabulating a length costs an array of its range while tracing: beyond this many values, bounds only.
@@ -94,6 +98,20 @@ def value_of(value):
     return value.value if isinstance(value, BoundedInt) else value
 
 
+def known_array(value) -> np.ndarray | None:
+    """The integer array ``value`` is known to be while tracing, if its bounds pin it down."""
+    low, high = bounds_of(value)
+    if np.array_equal(low, high) and np.isfinite(low).all():
+        return low.astype(np.int64)
+    return None
+
+
+def entry_of(value: BoundedInt, index: int) -> BoundedInt:
+    """One entry of a vector of integers, with its bounds and table."""
+    table = None if value.table is None else value.table.entry(index)
+    return BoundedInt(value.value[index], value.low[index], value.high[index], table)
+
+
 def known_value(value) -> int | None:
     """The integer ``value`` is known to be while tracing, if its bounds pin it down."""
     low, high = bounds_of(value)
@@ -112,7 +130,8 @@ def length_between(value, low, high) -> BoundedInt:
 
 def tabulated(value, table: Table) -> BoundedInt:
     """``value`` with the bounds its table gives it."""
-    return BoundedInt(value, np.asarray(table.values.min()), np.asarray(table.values.max()), table)
+    values = table.values.astype(np.float64)
+    return BoundedInt(value, values.min(axis=0), values.max(axis=0), table)
 
 
 def common_tables(values) -> tuple[Table, list] | None:
@@ -124,8 +143,8 @@ def common_tables(values) -> tuple[Table, list] | None:
     for value in values:
         if isinstance(value, BoundedInt) and value.table is not None:
             listed.append(value.table.values)
-        elif (known := known_value(value)) is not None:
-            listed.append(np.full(tables[0].values.shape, float(known)))
+        elif (known := known_array(value)) is not None:
+            listed.append(np.broadcast_to(known, (tables[0].values.shape[0], *known.shape)))
         else:
             return None
     return tables[0], listed
