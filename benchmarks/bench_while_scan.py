@@ -1,6 +1,15 @@
-"""While-Scan calls under JAX_GPU: when does a call return, against when is its result ready?
+"""While-Scans under JAX: what a gradient costs as the bound grows, and when a JAX_GPU call returns.
 
-A 400-wide while-Scan (``x <- tanh(W x) + b`` until it settles, at most 100
+**Bound sweep.** Newton's method for ``sqrt(a)`` on a 1000-vector stops after
+about 6 steps whatever its bound ``n_steps``. Per bound (10 to 10,000) the
+script prints the median time of one call of ``grad(xs[-1].sum(), a)``
+compiled with JAX_GPU, stock ``mode="JAX"`` (gpubackend's global lowerings)
+and NUMBA, and of a hand-written ``lax.while_loop`` that carries the
+derivative along (the floor), with the ratios the goals name: the cost at
+bound 10,000 over the cost at bound 10 (goal: at most 1.5 on every path) and
+JAX_GPU over NUMBA (goal: at most 2), and the host reads per JAX_GPU call.
+
+**Return against ready.** A 400-wide while-Scan (``x <- tanh(W x) + b`` until it settles, at most 100
 steps). JAX dispatches asynchronously, so a call that makes no host read
 returns long before its result is ready; a call that reads a step count back
 returns only once the loop is done. Per graph the script prints the median
@@ -33,6 +42,9 @@ import gpubackend  # noqa: E402
 
 WIDTH = 400
 MAX_STEPS = 100
+SWEEP_WIDTH = 1000
+SWEEP_BOUNDS = (10, 100, 1000, 10_000)
+SWEEP_MODES = ("JAX_GPU", "JAX", "NUMBA")
 
 
 def settling_graphs() -> tuple[list, dict[str, pt.TensorVariable]]:
@@ -72,11 +84,85 @@ def explicit_reads(fn, values, device) -> str:
     return f"{reads.explicit}" + (" + implicit" if reads.implicit else "")
 
 
+def newton_gradient(bound: int) -> tuple[list, pt.TensorVariable]:
+    a, x0 = pt.vector("a"), pt.vector("x0")
+
+    def newton(x, a):
+        new_x = 0.5 * (x + a / x)
+        return new_x, until(pt.max(pt.abs(new_x - x)) < 1e-8)
+
+    xs = pytensor.scan(newton, outputs_info=[x0], non_sequences=[a], n_steps=bound, return_updates=False)
+    return [a, x0], pytensor.grad(xs[-1].sum(), a)
+
+
+def hand_written_gradient(bound: int):
+    """The floor: the same loop by hand, carrying d(x)/d(a) along (each entry depends on its own ``a`` only)."""
+    import jax.numpy as jnp
+
+    @jax.jit
+    def gradient(a, x0):
+        def keep_going(carry):
+            step, converged, _, _ = carry
+            return (step < bound) & ~converged
+
+        def newton_step(carry):
+            step, _, x, dx = carry
+            new_x = 0.5 * (x + a / x)
+            new_dx = 0.5 * (dx + 1 / x - a * dx / x**2)
+            return step + 1, jnp.max(jnp.abs(new_x - x)) < 1e-8, new_x, new_dx
+
+        return jax.lax.while_loop(keep_going, newton_step, (0, False, x0, jnp.zeros_like(x0)))[3]
+
+    return gradient
+
+
+def median_call_seconds(call, repeat: int) -> float:
+    jax.block_until_ready(call())
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        jax.block_until_ready(call())
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def bound_sweep(device, repeat: int) -> None:
+    rng = np.random.default_rng(0)
+    a, x0 = rng.uniform(1.0, 4.0, SWEEP_WIDTH), np.ones(SWEEP_WIDTH)
+    resident = [jax.device_put(value, device) for value in (a, x0)]
+    times: dict[str, dict[int, float]] = {mode: {} for mode in (*SWEEP_MODES, "hand-written")}
+    reads: dict[int, str] = {}
+    for bound in SWEEP_BOUNDS:
+        inputs, gradient = newton_gradient(bound)
+        for mode in SWEEP_MODES:
+            fn = pytensor.function(inputs, gradient, mode=mode)
+            values = resident if mode == "JAX_GPU" else [a, x0]
+            times[mode][bound] = median_call_seconds(lambda fn=fn, values=values: fn(*values), repeat)
+            if mode == "JAX_GPU":
+                reads[bound] = explicit_reads(fn, resident, device)
+        floor = hand_written_gradient(bound)
+        times["hand-written"][bound] = median_call_seconds(lambda floor=floor: floor(*resident), repeat)
+    table = Table(title=f"grad(xs[-1].sum(), a), Newton's sqrt on a {SWEEP_WIDTH}-vector (~6 steps), median per call on {device}")
+    for column in ("path", *(f"bound {bound}" for bound in SWEEP_BOUNDS), "10,000 / 10 (goal <= 1.5)", "/ NUMBA at 10,000"):
+        table.add_column(column)
+    numba_last = times["NUMBA"][SWEEP_BOUNDS[-1]]
+    for mode, per_bound in times.items():
+        growth = per_bound[SWEEP_BOUNDS[-1]] / per_bound[SWEEP_BOUNDS[0]]
+        versus_numba = per_bound[SWEEP_BOUNDS[-1]] / numba_last
+        goal = " (goal <= 2)" if mode == "JAX_GPU" else ""
+        table.add_row(mode, *(format_seconds(per_bound[bound]) for bound in SWEEP_BOUNDS), f"{growth:.2f}", f"{versus_numba:.2f}{goal}")
+    Console(width=180).print(table)
+    print("JAX_GPU host reads per call by bound: " + ", ".join(f"{bound}: {reads[bound]}" for bound in SWEEP_BOUNDS))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
     args = parser.parse_args()
+    repeat = 7 if args.quick else args.repeat
     device = gpubackend.resolve_device()
+    bound_sweep(device, repeat)
     rng = np.random.default_rng(0)
     values = [rng.normal(size=WIDTH), 0.1 * rng.normal(size=WIDTH), 0.5 * rng.normal(size=(WIDTH, WIDTH)) / np.sqrt(WIDTH)]
     resident = [jax.device_put(value, device) for value in values]
@@ -86,7 +172,7 @@ def main() -> None:
         table.add_column(column)
     for name, output in graphs.items():
         fn = pytensor.function(inputs, output, mode="JAX_GPU")
-        returned, ready = return_and_ready_seconds(lambda fn=fn: fn(*resident), args.repeat)
+        returned, ready = return_and_ready_seconds(lambda fn=fn: fn(*resident), repeat)
         table.add_row(name, format_seconds(returned), format_seconds(ready), f"{returned / ready:.2f}", explicit_reads(fn, resident, device))
     Console(width=160).print(table)
 

@@ -26,8 +26,9 @@ from pytensor.graph.basic import Apply, Constant, Variable
 
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, first_failure
 from gpubackend.dispatch.jax.while_scan.plan import BoundedPlan, ExactLengthsNeeded
+from gpubackend.dispatch.jax.while_scan.refusals import unbounded_step_count
 from gpubackend.dispatch.jax.while_scan.traces import specialised_scan
-from gpubackend.dispatch.jax.while_scan.values import Bounded, BoundedInt, as_kind, with_capacity
+from gpubackend.dispatch.jax.while_scan.values import Bounded, BoundedInt, as_kind, is_traced, with_capacity
 
 FIRST_CAPACITY = 16
 CAPACITY_GROWTH = 16
@@ -45,6 +46,16 @@ def _constants(fgraph, order: Sequence[Apply], constant: Callable[[Constant], An
     values = {value: constant(value) for node in order for value in node.inputs if isinstance(value, Constant)}
     values.update((value, constant(value)) for value in fgraph.outputs if isinstance(value, Constant))
     return values
+
+
+def _plain_outputs(plan: BoundedPlan, node: Apply, fn: Callable, arguments: list):
+    """A node with its ordinary lowering; one that sizes a while-Scan from the data is refused by name."""
+    try:
+        return fn(*arguments)
+    except (TypeError, jax.errors.ConcretizationTypeError) as error:
+        if node in plan.sizing and any(is_traced(value) for value in arguments):
+            raise unbounded_step_count(plan.while_scans[0].op, node) from error
+        raise
 
 
 def _either(overflow, other):
@@ -77,7 +88,7 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
             arguments = [values[value] for value in node.inputs]
             lowering = plan.lowerings.get(node)
             if lowering is None:
-                outputs = plain_fns[node](*arguments)
+                outputs = _plain_outputs(plan, node, plain_fns[node], arguments)
             else:
                 result = lowering.fn(*arguments, capacity=capacity) if lowering.capacity_limited else lowering.fn(*arguments)
                 if isinstance(result, NodeResult):

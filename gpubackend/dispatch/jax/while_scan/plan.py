@@ -44,6 +44,9 @@ class BoundedPlan:
     run_time_lengths: tuple[Variable, ...]
     """The graph's outputs whose length is known only at run time."""
 
+    sizing: frozenset[Apply]
+    """The nodes that compute the while-Scans' step bounds and buffers: JAX needs their sizes while tracing."""
+
     @property
     def checks(self) -> tuple[RuntimeCheck, ...]:
         """Every check the graph may need, in the order of its nodes."""
@@ -81,4 +84,17 @@ def plan_graph(fgraph, order: Sequence[Apply], **kwargs) -> BoundedPlan | ExactL
     run_time_lengths = tuple(
         output for output in fgraph.outputs if kinds.get(output) == "array" and output.type.shape[0] is None
     )
-    return BoundedPlan(tuple(trimmed), lowerings, tuple(kinds.get(output) for output in fgraph.outputs), run_time_lengths)
+    output_kinds = tuple(kinds.get(output) for output in fgraph.outputs)
+    return BoundedPlan(tuple(trimmed), lowerings, output_kinds, run_time_lengths, _sizing_nodes(trimmed))
+
+
+def _sizing_nodes(while_scans: Sequence[Apply]) -> frozenset[Apply]:
+    """Every node the while-Scans' inputs are computed from."""
+    seen: set[Apply] = set()
+    pending = [value.owner for node in while_scans for value in node.inputs if value.owner is not None]
+    while pending:
+        node = pending.pop()
+        if node not in seen:
+            seen.add(node)
+            pending.extend(value.owner for value in node.inputs if value.owner is not None)
+    return frozenset(seen)

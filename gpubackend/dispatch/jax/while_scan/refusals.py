@@ -41,9 +41,10 @@ def no_length_rule(scan, consumer, reason: str, context: LoweringContext) -> Dat
     )
 
 
-def unbounded_step_count(scan, context: LoweringContext) -> DataDependentLengthError:
+def unbounded_step_count(scan, sizing_node) -> DataDependentLengthError:
     return DataDependentLengthError(
-        f"{scan}: its number of steps is computed from the data, so no bound for its trace is known while JAX "
-        "traces the graph. Give the loop a bound that comes from a shape or an integer input (n_steps=n_max), "
-        "and stop it early with `until`."
+        f"{scan}: its number of steps, or the size of its trace, is computed from the data ({sizing_node.op} gets "
+        "a value known only at run time), so JAX has no bound for its buffers while it traces the graph, on any "
+        "path. Give the loop a bound that comes from a shape, a constant or an integer input (n_steps=n_max), and "
+        "stop it early with `until` (for example until(i >= n) with a counter i)."
     )
