@@ -8,7 +8,6 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -34,7 +33,7 @@ from gpubackend.conformance.checks import (
 from gpubackend.conformance.environment import environment
 from gpubackend.conformance.fingerprint import fingerprint
 from gpubackend.conformance.probe import CALL, RewriteFreeProbe
-from gpubackend.conformance.progress import progress_bar
+from gpubackend.conformance.progress import progress_display
 from gpubackend.conformance.reports import print_summary, write_reports
 from gpubackend.conformance.results import CRASH, FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
 from gpubackend.conformance.worker import describe_exit, run_in_workers
@@ -176,7 +175,7 @@ def run_cases(
     """
     pairs = backend_device_pairs(backends, devices)
     report = Report(environment(devices, label))
-    with _progress(progress, len(cases) * len(pairs)) as advance:
+    with progress_display(progress, len(cases) * len(pairs)) as advance:
 
         def on_result(result: CaseResult) -> None:
             advance(f"{result.case} · {result.backend} @ {result.device}: {result.status}")
@@ -229,8 +228,3 @@ def run_and_report(
     paths = write_reports(report, out_dir)
     print_summary(report, paths, console or Console(stderr=True, soft_wrap=True))
     return 1 if report.failed else 0
-
-
-def _progress(enabled: bool, total: int) -> AbstractContextManager[Callable[[str], None]]:
-    """A context giving ``advance(description)`` (one more result); a rich progress bar when enabled."""
-    return progress_bar(total) if enabled else nullcontext(lambda description: None)
