@@ -207,7 +207,8 @@ def observe_reference(spec: WhileGraphSpec) -> ReferenceObservation:
         with _quiet():
             reference_fn = _pytensor_function(graph, REFERENCE_MODE)
     except Exception as error:  # noqa: BLE001 - reported as the spec's missing reference
-        return ReferenceObservation(invalid=f"building the graph or compiling its reference failed: {error_summary(error)}")
+        failure = f"building the graph or compiling its reference failed: {error_summary(error)}"
+        return ReferenceObservation(invalid=failure)
     with _quiet():
         reference = _call_each(reference_fn, graph)
         rewritten = _compile_and_call_each(partial(_pytensor_function, graph, REWRITTEN_MODE), graph)
@@ -489,7 +490,9 @@ def run_differential(
     columns = [column_name(mode, device) for mode, device in pairs]
     # Per stream: its name, what a worker runs per spec, and what a worker's death gives.
     streams = [("reference", observe_reference, _reference_crash)]
-    streams += [(column, partial(observe_mode, *pair), _mode_crash) for column, pair in zip(columns, pairs, strict=True)]
+    streams += [
+        (column, partial(observe_mode, *pair), _mode_crash) for column, pair in zip(columns, pairs, strict=True)
+    ]
     # NUMBA compiles for seconds where JAX traces in milliseconds: its chunks start first.
     tasks = [(stream, start, chunk) for stream in streams for start, chunk in _chunks(specs, CHUNK)]
     tasks.sort(key=lambda task: not task[0][0].startswith("numba"))
@@ -520,7 +523,9 @@ def _mode_crash(spec: WhileGraphSpec, returncode: int, log_tail: str) -> Observa
     return Observation(crash=f"the worker process running this graph died: {describe_exit(returncode)}\n{log_tail}")
 
 
-def check_in_process(spec: WhileGraphSpec, modes: Sequence[tuple[str, str]]) -> tuple[ReferenceObservation, dict[str, Verdict]]:
+def check_in_process(
+    spec: WhileGraphSpec, modes: Sequence[tuple[str, str]]
+) -> tuple[ReferenceObservation, dict[str, Verdict]]:
     """One spec's reference and verdicts, in this process (tests: no worker start, no crash isolation)."""
     oracles = observe_reference(spec)
     if oracles.invalid:

@@ -45,13 +45,15 @@ WRAPPERS = ("none", "for", "ofg", "while")
 """Where the loop sits: the top-level graph, a for-Scan's body, an OpFromGraph, another while-Scan's body."""
 CHAINS = ("none", "n_steps", "sequence", "for_sequence")
 """A second loop fed by the first trace, whose own trace the consumer reads: a while-Scan with ``n_steps`` the
-first's length, a while-Scan over the first trace, or a for-Scan over it with ``n_steps`` the bound."""
+first's length, a while-Scan over the first trace, or a for-Scan mapping it with ``n_steps`` the bound."""
 MULTIPLIERS = (1, 2, 3)
 """A wrapped loop runs once per multiplier of its initial state (the for-Scan's or outer while-Scan's sequence)."""
 NEVER = np.inf
 """A stopping threshold no loop reaches."""
 
-REDUCTIONS = ("sum", "prod", "mean", "max", "min", "any", "all")
+NUMERIC_REDUCTIONS = ("sum", "prod", "mean", "max", "min")
+REDUCTIONS = (*NUMERIC_REDUCTIONS, "any", "all")
+"""Every reduction reads a bool trace; a numeric trace gets `NUMERIC_REDUCTIONS`."""
 CONSUMERS = (
     "reduce", "index", "slice", "step_input", "drop_last", "with_trace", "with_vector", "set_index", "set_slice",
     "check_length", "zeros", "cumsum", "trace", "shape", "grad",
@@ -215,8 +217,11 @@ class Ops(Protocol):
     def constant(self, value: np.ndarray): ...
     def while_loop(self, step: Callable, init, depth: int, n_steps, sequence=None, n_outputs: int = 1,
                    rng_seed: int | None = None) -> list:
-        """The traces of ``step(sequence_entry, taps, noise) -> (outputs, stop)``, run until ``stop`` (a for-loop
-        when it is None); ``noise`` is ``floor(uniform())`` from a generator seeded with ``rng_seed``, or None."""
+        """The traces of ``step(sequence_entry, taps, noise) -> (outputs, stop)``, run until ``stop`` or for
+        ``n_steps``; ``noise`` is ``floor(uniform())`` from a generator seeded with ``rng_seed``, or None."""
+    def map(self, fn: Callable, sequence, n_steps):
+        """``fn`` of each of the first ``n_steps`` entries of ``sequence``: a for-Scan (too short a sequence raises)."""
+
     def accumulate(self, multipliers, value_of: Callable, stop=None): ...
     def op_from_graph(self, build: Callable, inputs: dict) -> list: ...
     def elementwise(self, fn: Callable, a, b): ...
@@ -255,8 +260,7 @@ class SymbolicOps:
                 next_generator, draw = pt.random.uniform(size=taps[-1].shape, rng=rest[0], return_next_rng=True)
                 noise = pt.floor(draw)
             outputs, stop = step(sequence_entry, taps, noise)
-            outputs = [*outputs, *([next_generator] if generator is not None else [])]
-            return outputs if stop is None else (outputs, until(stop))
+            return [*outputs, *([next_generator] if generator is not None else [])], until(stop)
 
         state = {"initial": init, "taps": [-2, -1]} if depth == 2 else init
         outputs_info = [state, *[None] * (n_outputs - 1), *([generator] if generator is not None else [])]
@@ -268,6 +272,9 @@ class SymbolicOps:
         if generator is not None:
             self.updates[generator] = results.pop()
         return results
+
+    def map(self, fn, sequence, n_steps):
+        return pytensor.scan(fn, sequences=[sequence], n_steps=n_steps, return_updates=False)
 
     def accumulate(self, multipliers, value_of, stop=None):
         def body(multiplier, total):
@@ -325,8 +332,6 @@ class NumericOps:
 
     def while_loop(self, step, init, depth, n_steps, sequence=None, n_outputs=1, rng_seed=None):
         n_steps = len(sequence) if n_steps is None else int(n_steps)
-        if sequence is not None and len(sequence) < n_steps:
-            raise ValueError(f"the sequence has {len(sequence)} entries for {n_steps} steps")
         history = list(init) if depth == 2 else [init]
         traces: list[list] = [[] for _ in range(n_outputs)]
         # floor(uniform()) is 0: the numpy twin needs no generator.
@@ -339,6 +344,11 @@ class NumericOps:
             if stop:
                 break
         return [np.array(trace) for trace in traces]
+
+    def map(self, fn, sequence, n_steps):
+        if len(sequence) < n_steps:
+            raise ValueError(f"the sequence has {len(sequence)} entries for {n_steps} steps")
+        return np.array([fn(entry) for entry in sequence[:n_steps]])
 
     def accumulate(self, multipliers, value_of, stop=None):
         total = np.float64(0.0)
@@ -471,18 +481,18 @@ def _chained(spec: WhileGraphSpec, ops: Ops, inputs: dict, first):
     """The trace the consumer reads: ``first``, or the trace of the loop it feeds (`CHAINS`)."""
     if spec.chain == "none":
         return first
+    one = ops.constant(np.float64(1.0))
+    if spec.chain == "for_sequence":
+        return ops.map(lambda entry: entry + one, first, spec.loop.bound)
     zero = ops.zeros(first.shape[1]) if spec.loop.width else ops.constant(np.float64(0.0))
 
     def step(sequence_entry, taps, noise):
-        new = taps[-1] + (sequence_entry if sequence_entry is not None else ops.constant(np.float64(1.0)))
-        # The for-Scan of for_sequence has no stopping condition.
-        stop = _statistic(new, spec.loop) > inputs["stop_chain"] if spec.chain != "for_sequence" else None
-        return [new], stop
+        new = taps[-1] + (sequence_entry if sequence_entry is not None else one)
+        return [new], _statistic(new, spec.loop) > inputs["stop_chain"]
 
     if spec.chain == "n_steps":
         return ops.while_loop(step, zero, 1, first.shape[0])[0]
-    n_steps = None if spec.chain == "sequence" else spec.loop.bound
-    return ops.while_loop(step, zero, 1, n_steps, sequence=first)[0]
+    return ops.while_loop(step, zero, 1, None, sequence=first)[0]
 
 
 def consumed_trace(spec: WhileGraphSpec, ops: Ops, inputs: dict, init):
@@ -561,7 +571,10 @@ def evaluate_spec(spec: WhileGraphSpec, ops: Ops) -> list:
     if spec.wrapper == "none":
         return consume(spec, ops, inputs, consumed_trace(spec, ops, inputs, inputs["x0"]))
     if spec.wrapper == "ofg":
-        return ops.op_from_graph(lambda inner: consume(spec, ops, inner, consumed_trace(spec, ops, inner, inner["x0"])), inputs)
+        # The OpFromGraph's inner graph reads its own inputs, not the outer graph's.
+        return ops.op_from_graph(
+            lambda inner: consume(spec, ops, inner, consumed_trace(spec, ops, inner, inner["x0"])), inputs
+        )
 
     def scaled_value(multiplier):
         (value,) = consume(spec, ops, inputs, consumed_trace(spec, ops, inputs, inputs["x0"] * multiplier))
@@ -739,7 +752,7 @@ DEFAULT = Target(
     kinds=CONSUMERS,
     wrappers=("none",) * 6 + WRAPPERS[1:],
     chains=("none",) * 6 + CHAINS[1:],
-    n_steps=("constant", "constant", "constant", "input", "data"),
+    n_steps=(N_STEPS[0],) * 3 + N_STEPS[1:],
 )
 """The default mix: repeated entries weigh a choice (hypothesis's ``sampled_from`` draws uniformly)."""
 
@@ -781,7 +794,7 @@ def consumer_specs(draw: st.DrawFn, loop: LoopSpec, wrapped: bool, target: Targe
     summed = kind in ARRAY_CONSUMERS and draw(st.booleans())
     small = st.one_of(st.none(), st.integers(-loop.bound, loop.bound))
     if kind == "reduce":
-        ops = target.reductions or (REDUCTIONS if loop.dtype == "bool" else REDUCTIONS[:5])
+        ops = target.reductions or (REDUCTIONS if loop.dtype == "bool" else NUMERIC_REDUCTIONS)
         axis = draw(st.sampled_from([None, 0])) if loop.width else None
         return ConsumerSpec(kind, op=draw(st.sampled_from(ops)), axis=axis)
     if kind == "index":
