@@ -50,7 +50,7 @@ import numpy as np
 import pytensor
 from pytensor.compile.mode import Mode
 
-from gpubackend.conformance.backends import BACKENDS, HOST_DEVICE, distinct_devices
+from gpubackend.conformance.backends import BACKENDS, HOST_DEVICE, name_device_pairs
 from gpubackend.conformance.checks import error_summary
 from gpubackend.conformance.environment import environment
 from gpubackend.conformance.progress import progress_display
@@ -304,18 +304,9 @@ def observe_mode(mode_name: str, device: str, spec: WhileGraphSpec) -> Observati
 
 
 def mode_device_pairs(modes: Sequence[str], devices: Sequence[str]) -> list[tuple[str, str]]:
-    """Every (mode, device) to run; a host-only mode once, on ``cpu``, if any cpu device is asked for."""
-    unknown = [name for name in modes if name not in DIFFERENTIAL_MODES]
-    if unknown:
-        raise ValueError(f"Unknown differential mode(s) {unknown}; expected some of {sorted(DIFFERENTIAL_MODES)}")
-    pairs = []
-    for name in modes:
-        if DIFFERENTIAL_MODES[name].host_only:
-            if any(device.split(":")[0] == HOST_DEVICE for device in devices):
-                pairs.append((name, HOST_DEVICE))
-        else:
-            pairs.extend((name, device) for device in distinct_devices(devices))
-    return pairs
+    """Every (mode, device) to run (`name_device_pairs`): a host-only mode once, on ``cpu``."""
+    host_only = {name: mode.host_only for name, mode in DIFFERENTIAL_MODES.items()}
+    return name_device_pairs(modes, host_only, devices, "differential mode(s)")
 
 
 # --- Verdicts -------------------------------------------------------------------------------------------
