@@ -36,7 +36,8 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--while-modes", nargs="+", default=list(DEFAULT_MODES), choices=sorted(DIFFERENTIAL_MODES),
-        help="the modes the while-Scan graphs run on (each JAX mode on every --device, numba on cpu)",
+        help="the modes the while-Scan graphs run on, each JAX mode on every --device, numba on cpu: "
+        + "; ".join(f"{name}: {mode.description}" for name, mode in DIFFERENTIAL_MODES.items()),
     )
     parser.add_argument(
         "--while-report-only", action="store_true",
