@@ -15,7 +15,9 @@ import json
 import os
 
 import numpy as np
-import pytensor.misc.pkl_utils  # noqa: F401  raises the recursion limit on import; loaded later, hypothesis warns
+
+# The jaxified path's: importing PyMC raises the recursion limit, which hypothesis warns about during a test.
+import pymc.sampling.jax  # noqa: F401
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
