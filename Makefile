@@ -11,6 +11,11 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=2
 WORKERS ?= auto
 REPORTS ?= reports
+# The while-Scan differential run of each CI leg (README, "While-Scan differential fuzzer"): how many
+# generated graphs, and --while-report-only while the lowering is being fixed (WHILE_FLAGS= makes a
+# failing verdict fail the leg).
+WHILE_GRAPHS ?= 18
+WHILE_FLAGS ?= --while-report-only
 
 .PHONY: venv run test bench conformance ci-legs clean
 
@@ -31,16 +36,18 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
-# The CPU leg's conformance run: NUMBA on the host, JAX on simulated device cpu:1.
+# The CPU leg's conformance run: NUMBA on the host, JAX on simulated device cpu:1, and the while-Scan
+# differential run of every JAX path and NUMBA.
 conformance: $(STAMP)
-	$(PY) -m gpubackend conformance --backend numba jax --device cpu cpu:1 --label "cpu leg" --out $(REPORTS)/cpu
+	$(PY) -m gpubackend conformance --backend numba jax --device cpu cpu:1 --label "cpu leg" --out $(REPORTS)/cpu \
+		--generated-while $(WHILE_GRAPHS) $(WHILE_FLAGS)
 
 # After `make test`, .ci/run runs this: the CPU leg's conformance run, the rehearsed
 # GPU leg, and the matrix that merges both, as the workflow's legs do. The rehearsed
 # leg's test session would repeat `make test` exactly (same simulated devices and
 # target), so it is skipped there.
 ci-legs: conformance
-	ci/gpu/run.sh --simulate --no-pytest
+	WHILE_GRAPHS=$(WHILE_GRAPHS) WHILE_FLAGS="$(WHILE_FLAGS)" ci/gpu/run.sh --simulate --no-pytest
 	$(PY) -m gpubackend conformance merge $(REPORTS)/cpu/conformance.json $(REPORTS)/gpu-simulated/conformance.json --out $(REPORTS)/matrix
 
 clean:

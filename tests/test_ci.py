@@ -112,3 +112,38 @@ def test_gpu_leg_uses_a_provisioned_python_and_names_what_it_lacks(tmp_path):
     )
     assert result.returncode == 1
     assert "lacks: pytensor, jax, numba, optimistix" in result.stderr
+
+
+@pytest.mark.parametrize(("flags", "report_only"), [(None, True), ("", False)])
+def test_cpu_leg_runs_the_while_scan_differential(flags, report_only):
+    # STAMP=Makefile: the virtualenv counts as built, so the dry run prints the conformance recipe alone.
+    overrides = ["STAMP=Makefile"] + ([] if flags is None else [f"WHILE_FLAGS={flags}"])
+    env = {k: v for k, v in os.environ.items() if k not in ("WHILE_GRAPHS", "WHILE_FLAGS")}
+    result = subprocess.run(
+        ["make", "-n", "conformance", *overrides], cwd=REPO, capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    command = " ".join(result.stdout.split())
+    assert "-m gpubackend conformance" in command and "--generated-while 18" in command
+    assert ("--while-report-only" in command) == report_only
+
+
+@pytest.mark.parametrize(("flags", "report_only"), [(None, True), ("", False)])
+def test_gpu_leg_runs_the_while_scan_differential_on_the_jax_paths(tmp_path, flags, report_only):
+    # A stand-in Python: every check passes, and the conformance command line is recorded.
+    recorded = tmp_path / "conformance-args"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = "-m" ]; then echo "$@" >> {recorded}; fi\necho 0\n')
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("WHILE_GRAPHS", "WHILE_FLAGS")}
+    env["REPORTS"] = str(tmp_path / "reports")
+    if flags is not None:
+        env["WHILE_FLAGS"] = flags
+    result = subprocess.run(
+        ["bash", str(GPU_LEG), "--simulate", "--no-pytest", "--python", str(fake)],
+        cwd=REPO, capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    command = recorded.read_text()
+    assert "--generated-while 18 --while-modes jax jax-registered jaxified" in command
+    assert ("--while-report-only" in command) == report_only

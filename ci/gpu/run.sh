@@ -12,6 +12,10 @@
 #   ci/gpu/run.sh --no-pytest    skip the test session (for .ci/run, whose `make test` has just run
 #                                the very same session: the same simulated devices and target)
 #
+# The conformance run includes the while-Scan differential run of the JAX paths on the leg's device:
+# $WHILE_GRAPHS generated graphs (default 18), with $WHILE_FLAGS (default --while-report-only, which keeps
+# its failing verdicts out of the exit status while the lowering is being fixed; set it empty to fail on them).
+#
 # Reports land in $REPORTS (default reports/gpu, or reports/gpu-simulated).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -92,7 +96,9 @@ if $pytest; then
   "$py" -m pytest -n auto -p no:cacheprovider --junitxml="$reports/pytest.xml"
 fi
 device="$GPUBACKEND_DEVICE"
-"$py" -m gpubackend conformance --backend jax --device "$device" --label "$label" --out "$reports"
+# shellcheck disable=SC2086  # WHILE_FLAGS holds zero or more flags
+"$py" -m gpubackend conformance --backend jax --device "$device" --label "$label" --out "$reports" \
+  --generated-while "${WHILE_GRAPHS:-18}" --while-modes jax jax-registered jaxified ${WHILE_FLAGS---while-report-only}
 
 gpu_count=$("$py" -c 'import jax
 try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ContextManager
 
@@ -59,17 +59,26 @@ def distinct_devices(devices: Sequence[str]) -> list[str]:
     return list(seen.values())
 
 
-def backend_device_pairs(backends: Sequence[str], devices: Sequence[str]) -> list[tuple[Backend, str]]:
-    """Every (backend, device) to run. A host-only backend runs once, on ``cpu``, if any cpu device is asked for."""
-    unknown = [name for name in backends if name not in BACKENDS]
+def name_device_pairs(
+    names: Sequence[str], host_only: Mapping[str, bool], devices: Sequence[str], what: str
+) -> list[tuple[str, str]]:
+    """Every (name, device) to run. A host-only name (``host_only[name]``) runs once, on ``cpu``, if any cpu device
+    is asked for; the others on every distinct device. An unknown name is a ValueError naming ``what`` it is."""
+    unknown = [name for name in names if name not in host_only]
     if unknown:
-        raise ValueError(f"Unknown conformance backend(s) {unknown}; expected some of {sorted(BACKENDS)}")
+        raise ValueError(f"Unknown {what} {unknown}; expected some of {sorted(host_only)}")
     pairs = []
-    for name in backends:
-        backend = BACKENDS[name]
-        if backend.host_only:
+    for name in names:
+        if host_only[name]:
             if any(device.split(":")[0] == HOST_DEVICE for device in devices):
-                pairs.append((backend, HOST_DEVICE))
+                pairs.append((name, HOST_DEVICE))
         else:
-            pairs.extend((backend, device) for device in distinct_devices(devices))
+            pairs.extend((name, device) for device in distinct_devices(devices))
     return pairs
+
+
+def backend_device_pairs(backends: Sequence[str], devices: Sequence[str]) -> list[tuple[Backend, str]]:
+    """Every (backend, device) to run (`name_device_pairs`)."""
+    host_only = {name: backend.host_only for name, backend in BACKENDS.items()}
+    pairs = name_device_pairs(backends, host_only, devices, "conformance backend(s)")
+    return [(BACKENDS[name], device) for name, device in pairs]

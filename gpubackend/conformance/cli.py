@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpubackend.conformance.backends import BACKENDS, backend_device_pairs
+from gpubackend.conformance.differential import DEFAULT_MODES, DIFFERENTIAL_MODES, mode_device_pairs
+from gpubackend.conformance.differential_reports import run_differential_and_report
 from gpubackend.conformance.reports import load_report, merge_reports, print_summary, write_reports
 from gpubackend.conformance.runner import run_and_report
 from gpubackend.devices import DeviceNotFoundError
@@ -26,6 +28,21 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--label", default="", help="runner label stored in the report, e.g. 'gpu-leg'")
     parser.add_argument("--cases", default=None, help="only cases whose name contains this (comma-separated)")
     parser.add_argument("--generated", type=int, default=0, help="also run N Hypothesis-generated graphs")
+    parser.add_argument("--no-catalogue", action="store_true", help="skip the catalogue (run only generated graphs)")
+    parser.add_argument(
+        "--generated-while", type=int, default=0, metavar="N",
+        help="also run N generated while-Scan graphs differentially (each mode against FAST_COMPILE); "
+        "writes while_scan_differential.{json,md}",
+    )
+    parser.add_argument(
+        "--while-modes", nargs="+", default=list(DEFAULT_MODES), choices=sorted(DIFFERENTIAL_MODES),
+        help="the modes the while-Scan graphs run on, each JAX mode on every --device, numba on cpu: "
+        + "; ".join(f"{name}: {mode.description}" for name, mode in DIFFERENTIAL_MODES.items()),
+    )
+    parser.add_argument(
+        "--while-report-only", action="store_true",
+        help="report the while-Scan differential's failures without making the exit status non-zero",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -50,19 +67,30 @@ def _run(argv: list[str], console: Console) -> int:
     args = _run_parser().parse_args(argv)
     try:
         backend_device_pairs(args.backend, args.device)
+        mode_device_pairs(args.while_modes, args.device)
     except (DeviceNotFoundError, ValueError) as error:
         console.print(f"[red]conformance: {escape(str(error))}[/red]")
         return 2
-    return run_and_report(
-        args.backend,
-        args.device,
-        args.out,
-        label=args.label,
-        console=console,
-        cases=args.cases,
-        generated=args.generated,
-        progress=not args.no_progress,
-    )
+    status = 0
+    if not args.no_catalogue or args.generated:
+        status = run_and_report(
+            args.backend,
+            args.device,
+            args.out,
+            label=args.label,
+            console=console,
+            cases=[] if args.no_catalogue else args.cases,
+            generated=args.generated,
+            progress=not args.no_progress,
+        )
+    if args.generated_while:
+        report = run_differential_and_report(
+            args.generated_while, args.while_modes, args.device, args.out,
+            label=args.label, console=console, progress=not args.no_progress,
+        )
+        if report.failed and not args.while_report_only:
+            status = 1
+    return status
 
 
 def main(argv: list[str]) -> int:

@@ -12,6 +12,10 @@ from gpubackend.conformance.checks import error_summary
 from gpubackend.devices import describe_device, is_simulated, resolve_device
 
 
+PACKAGES = ("pytensor", "jax", "jaxlib", "numba", "numpy", "pymc", "gpubackend")
+"""The packages whose versions a report records (PyMC: the while-Scan differential's jaxified path)."""
+
+
 def _package_version(name: str) -> str:
     try:
         return version(name)
@@ -34,7 +38,7 @@ def environment(devices: Iterable[str], label: str) -> dict:
         "label": label,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        **{name: _package_version(name) for name in ("pytensor", "jax", "jaxlib", "numba", "numpy", "gpubackend")},
+        **{name: _package_version(name) for name in PACKAGES},
         "floatX": pytensor.config.floatX,
         "devices": described,
     }

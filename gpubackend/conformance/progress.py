@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -19,3 +19,8 @@ def progress_bar(total: int) -> Iterator[Callable[[str], None]]:
             progress.update(task, advance=1, description=description)
 
         yield advance
+
+
+def progress_display(enabled: bool, total: int) -> AbstractContextManager[Callable[[str], None]]:
+    """`progress_bar` when enabled, else an ``advance`` that shows nothing."""
+    return progress_bar(total) if enabled else nullcontext(lambda description: None)

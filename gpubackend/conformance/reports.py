@@ -108,7 +108,7 @@ def to_junit(report: Report) -> ET.Element:
     return suites
 
 
-def _environment_lines(environment: dict) -> list[str]:
+def environment_lines(environment: dict) -> list[str]:
     runners = environment.get("merged_from", [environment])
     lines = []
     for env in runners:
@@ -125,7 +125,7 @@ def _counts_text(counts: dict[str, int]) -> str:
 def to_markdown(report: Report) -> str:
     cases, columns, cells = _matrix(report)
     lines = ["# gpubackend conformance", ""]
-    lines += [f"- {line}" for line in _environment_lines(report.environment)]
+    lines += [f"- {line}" for line in environment_lines(report.environment)]
     lines += ["", f"Summary: {report.summary_line()}", ""]
     lines.append("| case | " + " | ".join(columns) + " |")
     lines.append("|---|" + "---|" * len(columns))
@@ -182,7 +182,7 @@ def to_html(report: Report) -> str:
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>gpubackend conformance</title>",
         f"<style>{_CSS}</style></head><body><h1>gpubackend conformance</h1><ul>",
-        *[f"<li>{esc(line)}</li>" for line in _environment_lines(report.environment)],
+        *[f"<li>{esc(line)}</li>" for line in environment_lines(report.environment)],
         f"</ul><p><strong>Summary:</strong> {esc(report.summary_line())}</p>",
         "<table><tr><th>case</th>" + "".join(f"<th>{esc(c)}</th>" for c in columns) + "</tr>",
     ]

@@ -8,8 +8,8 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +18,7 @@ from pytensor.compile.executor import Function
 from pytensor.compile.mode import Mode
 from rich.console import Console
 
-from gpubackend.conformance.backends import Backend, backend_device_pairs
+from gpubackend.conformance.backends import BACKENDS, Backend, backend_device_pairs
 from gpubackend.conformance.catalogue import Case, CaseGraph, select_cases
 from gpubackend.conformance.checks import (
     check_baked,
@@ -33,10 +33,10 @@ from gpubackend.conformance.checks import (
 from gpubackend.conformance.environment import environment
 from gpubackend.conformance.fingerprint import fingerprint
 from gpubackend.conformance.probe import CALL, RewriteFreeProbe
-from gpubackend.conformance.progress import progress_bar
+from gpubackend.conformance.progress import progress_display
 from gpubackend.conformance.reports import print_summary, write_reports
-from gpubackend.conformance.results import FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
-from gpubackend.conformance.worker import run_in_workers
+from gpubackend.conformance.results import CRASH, FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
+from gpubackend.conformance.worker import describe_exit, run_in_workers
 
 REFERENCE_MODE = "FAST_COMPILE"
 """PyTensor's Python backend: the independent reference where a case has no closed form."""
@@ -137,6 +137,30 @@ def _compile_call_and_check(prepared: PreparedCase, backend: Backend, device: st
         result.status = PASS if all(check.ok for check in result.checks) else FAIL
 
 
+def run_case(backend: str, device: str, label: str, case: Case) -> CaseResult:
+    """One case on one backend and device, as a worker runs it."""
+    result = run_on(prepare(case), BACKENDS[backend], device)
+    result.runner = label
+    return result
+
+
+def crash_result(case: Case, backend: str, device: str, label: str, returncode: int, log_tail: str) -> CaseResult:
+    return CaseResult(
+        case.name, case.family, backend, device, CRASH,
+        detail=f"the worker process running this case died: {describe_exit(returncode)}",
+        runner=label, batch_axes=case.batch_axes, log_tail=log_tail,
+    )
+
+
+def _run_pair(cases: Sequence[Case], backend: str, device: str, label: str, on_result) -> list[CaseResult]:
+    return run_in_workers(
+        cases,
+        partial(run_case, backend, device, label),
+        lambda case, returncode, log_tail: crash_result(case, backend, device, label, returncode, log_tail),
+        on_result,
+    )
+
+
 def run_cases(
     cases: Sequence[Case],
     backends: Sequence[str],
@@ -151,13 +175,13 @@ def run_cases(
     """
     pairs = backend_device_pairs(backends, devices)
     report = Report(environment(devices, label))
-    with _progress(progress, len(cases) * len(pairs)) as advance:
+    with progress_display(progress, len(cases) * len(pairs)) as advance:
 
         def on_result(result: CaseResult) -> None:
             advance(f"{result.case} · {result.backend} @ {result.device}: {result.status}")
 
         with ThreadPoolExecutor(max_workers=min(len(pairs), os.cpu_count() or 1) or 1) as pool:
-            runs = [pool.submit(run_in_workers, cases, backend.name, device, label, on_result) for backend, device in pairs]
+            runs = [pool.submit(_run_pair, cases, backend.name, device, label, on_result) for backend, device in pairs]
             per_pair = [run.result() for run in runs]
     # Case by case, as the matrix reads.
     report.results = [results[position] for position in range(len(cases)) for results in per_pair]
@@ -204,8 +228,3 @@ def run_and_report(
     paths = write_reports(report, out_dir)
     print_summary(report, paths, console or Console(stderr=True, soft_wrap=True))
     return 1 if report.failed else 0
-
-
-def _progress(enabled: bool, total: int) -> AbstractContextManager[Callable[[str], None]]:
-    """A context giving ``advance(description)`` (one more result); a rich progress bar when enabled."""
-    return progress_bar(total) if enabled else nullcontext(lambda description: None)

@@ -1,17 +1,17 @@
-"""Run a backend's cases in a worker process, so that a case that kills its process is a result.
+"""Run items (cases, generated graphs) in a worker process, so that an item that kills its process is a result.
 
 A lowering can abort the process: XLA's ``Check failed`` aborts, a segfault in
-compiled code. Run in the suite's own process, such a case would take the whole
-run and its reports with it. Instead, each (backend, device) pair gets one
-worker process that builds its cases, runs them and sends each `CaseResult`
-back over a pipe. When the worker dies, the case it was running becomes a
-`crash` result carrying the tail of the worker's log (stderr, where the abort
-message and Python's faulthandler traceback go), and a fresh worker takes the
-remaining cases. One worker per pair, not per case, pays the process start,
-the imports and the compile-cache loads once per pair.
+compiled code. Run in the suite's own process, such an item would take the
+whole run and its reports with it. Instead, a worker process runs a list of
+items and sends each result back over a pipe. When the worker dies, the
+caller turns the item it was running into a crash result carrying the tail of
+the worker's log (stderr, where the abort message and Python's faulthandler
+traceback go), and a fresh worker takes the remaining items. One worker per
+list (a (backend, device) pair's cases, say), not per item, pays the process
+start, the imports and the compile-cache loads once per list.
 
 Protocol: the parent pickles a `Job` to the worker's stdin; the worker
-pickles one `CaseResult` per case to its original stdout, in order, and sends
+pickles one result per item to its original stdout, in order, and sends
 everything else it or a library prints to its log.
 """
 
@@ -26,9 +26,10 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from gpubackend.conformance.catalogue import Case
-from gpubackend.conformance.results import CRASH, CaseResult
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 
 WORKER_COMMAND = "from gpubackend.conformance.worker import main; main()"
 """Not ``-m``: the package imports this module already, and runpy warns about running it twice."""
@@ -39,29 +40,31 @@ LOG_TAIL_LINES = 40
 
 @dataclass(frozen=True)
 class Job:
-    backend: str
-    device: str
-    label: str
-    cases: list[Case]
+    run: Callable[[Any], Any]
+    """Picklable by reference (a module-level function, or a partial of one): it runs in the worker."""
+    items: list
 
 
 def run_in_workers(
-    cases: Sequence[Case],
-    backend: str,
-    device: str,
-    label: str,
-    on_result: Callable[[CaseResult], None],
-) -> list[CaseResult]:
-    """Run ``cases`` on ``backend``/``device`` in worker processes; a worker's death is the running case's `crash`."""
-    results: list[CaseResult] = []
-    remaining = list(cases)
+    items: Sequence[Item],
+    run: Callable[[Item], Result],
+    on_crash: Callable[[Item, int, str], Result],
+    on_result: Callable[[Result], None],
+) -> list[Result]:
+    """``run(item)`` for every item, in worker processes; one result per item, in order.
+
+    When a worker dies, ``on_crash(item, returncode, log_tail)`` gives the
+    result of the item it was running, and a fresh worker takes the rest.
+    """
+    results: list[Result] = []
+    remaining = list(items)
     while remaining:
         with tempfile.TemporaryFile(mode="w+b") as log:
             worker = subprocess.Popen(
                 [sys.executable, "-c", WORKER_COMMAND],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=_worker_environment(),
             )
-            pickle.dump(Job(backend, device, label, remaining), worker.stdin)
+            pickle.dump(Job(run, remaining), worker.stdin)
             worker.stdin.close()
             finished = _receive(worker, len(remaining), on_result)
             results += finished
@@ -69,14 +72,14 @@ def run_in_workers(
             returncode = worker.wait()
             remaining = remaining[len(finished) :]
             if remaining:
-                crash = crash_result(remaining[0], backend, device, label, returncode, _tail(log))
+                crash = on_crash(remaining[0], returncode, _tail(log))
                 on_result(crash)
                 results.append(crash)
                 remaining = remaining[1:]
     return results
 
 
-def _receive(worker: subprocess.Popen, expected: int, on_result: Callable[[CaseResult], None]) -> list[CaseResult]:
+def _receive(worker: subprocess.Popen, expected: int, on_result: Callable[[Result], None]) -> list[Result]:
     received = []
     while len(received) < expected:
         try:
@@ -86,14 +89,6 @@ def _receive(worker: subprocess.Popen, expected: int, on_result: Callable[[CaseR
         on_result(result)
         received.append(result)
     return received
-
-
-def crash_result(case: Case, backend: str, device: str, label: str, returncode: int, log_tail: str) -> CaseResult:
-    return CaseResult(
-        case.name, case.family, backend, device, CRASH,
-        detail=f"the worker process running this case died: {describe_exit(returncode)}",
-        runner=label, batch_axes=case.batch_axes, log_tail=log_tail,
-    )
 
 
 def describe_exit(returncode: int) -> str:
@@ -126,16 +121,10 @@ def main() -> None:
     # Everything printed from here on, by Python or by native code, goes to the log.
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     faulthandler.enable()
+    import gpubackend  # noqa: F401  registers JAX_GPU and the lowerings before any job code runs
+
     job: Job = pickle.load(sys.stdin.buffer)
-
-    import gpubackend  # noqa: F401  registers JAX_GPU and the lowerings
-    from gpubackend.conformance.backends import BACKENDS
-    from gpubackend.conformance.runner import prepare, run_on
-
-    backend = BACKENDS[job.backend]
-    for case in job.cases:
-        result = run_on(prepare(case), backend, job.device)
-        result.runner = job.label
-        pickle.dump(result, results)
+    for item in job.items:
+        pickle.dump(job.run(item), results)
         results.flush()
 

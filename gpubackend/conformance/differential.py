@@ -1,0 +1,526 @@
+"""The differential run of generated while-Scan graphs: every JAX path and NUMBA against ``FAST_COMPILE``.
+
+Each spec (`while_scan_graphs`) is built, compiled once per mode and called
+once per entry of its ``stops`` (inputs that move the stopping step: one call
+runs to the bound, others stop early). Every call of a mode must do what the
+reference does:
+
+- the reference returns values: the same values (exact for bool and integer
+  outputs, ``allclose`` for floats), shapes and the graph's dtypes;
+- the reference raises: an error of the same type (compared by the nearest
+  built-in class: IndexError, ValueError, AssertionError...).
+
+A mode may refuse instead, by name: `gpubackend.DataDependentLengthError`
+(`refused`). What else it does is `silent-wrong` (values where the reference
+raises, or other values), `wrong-error` (another error type), `raw-error`
+(an error where the reference returns values, or any other error at compile
+time) or `crash` (its worker process died). `n/a`: the mode does not take such
+a graph by design (PyMC's ``get_jaxified_graph`` refuses shared random
+generators).
+
+The expected outcome is numpy's (`while_scan_graphs.truth`) where the graph
+has a numpy twin, else FAST_COMPILE's. Two more oracles find PyTensor's own
+bugs: numpy against FAST_COMPILE (the reference is wrong), and the graph after
+PyTensor's FAST_RUN rewrites run by the Python linker against FAST_COMPILE
+(the rewrites are wrong, in every compiled mode). A call where they disagree
+is upstream, and a mode doing what one of PyTensor's runs does there is
+`upstream`, not a failure. The Python linker, not C, runs the rewritten
+graph: it checks indices as numpy does, so an upstream IndexError stays one,
+and a mode turning it into a value is still `silent-wrong`.
+
+Specs run in worker processes (`worker`): one stream for the reference and one
+per (mode, device), in chunks, side by side.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pytensor
+from pytensor.compile.mode import Mode
+
+from gpubackend.conformance.backends import BACKENDS, HOST_DEVICE, name_device_pairs
+from gpubackend.conformance.checks import error_summary
+from gpubackend.conformance.environment import environment
+from gpubackend.conformance.progress import progress_display
+from gpubackend.conformance.while_scan_graphs import (
+    UPSTREAM_BUGS,
+    NoTruth,
+    WhileGraph,
+    WhileGraphSpec,
+    case_class,
+    loop_family,
+    truth,
+    upstream_hint,
+    while_graph,
+)
+from gpubackend.conformance.worker import describe_exit, run_in_workers
+from gpubackend.errors import DataDependentLengthError
+
+PASS = "pass"
+REFUSED = "refused"
+UPSTREAM = "upstream"
+NOT_APPLICABLE = "n/a"
+SILENT_WRONG = "silent-wrong"
+WRONG_ERROR = "wrong-error"
+RAW_ERROR = "raw-error"
+CRASH = "crash"
+STATUSES = (PASS, REFUSED, UPSTREAM, NOT_APPLICABLE, SILENT_WRONG, WRONG_ERROR, RAW_ERROR, CRASH)
+FAILING = (SILENT_WRONG, WRONG_ERROR, RAW_ERROR, CRASH)
+_SEVERITY = (CRASH, SILENT_WRONG, WRONG_ERROR, RAW_ERROR, REFUSED, NOT_APPLICABLE, UPSTREAM, PASS)
+"""A graph's status on a mode is its worst call's, in this order."""
+
+REFERENCE_MODE = "FAST_COMPILE"
+REWRITTEN_MODE = Mode(linker="py", optimizer="fast_run")
+"""The graph after PyTensor's FAST_RUN rewrites, run by Python: what a compiled mode should compute."""
+RTOL, ATOL = 1e-6, 1e-8
+CHUNK = 40
+"""Specs per worker process: a fresh process bounds what a long run's compiled functions hold."""
+
+
+# --- What one run of one graph gave ---------------------------------------------------------------------
+
+
+def _error_family(error: BaseException) -> str:
+    """The nearest built-in class of ``error``'s type, beyond Exception: what "the same error type" compares."""
+    for cls in type(error).__mro__:
+        if cls.__module__ == "builtins" and cls not in (Exception, BaseException):
+            return cls.__name__
+    return "Exception"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One call's outputs, or the error it raised (at ``stage`` compile or call)."""
+
+    values: tuple[np.ndarray, ...] | None = None
+    error: str = ""
+    family: str = ""
+    message: str = ""
+    stage: str = "call"
+    refused: bool = False
+    """The error is gpubackend's named refusal, `DataDependentLengthError`."""
+
+    @classmethod
+    def raised(cls, error: BaseException, stage: str) -> Outcome:
+        return cls(
+            None, type(error).__name__, _error_family(error), error_summary(error)[:300], stage,
+            isinstance(error, DataDependentLengthError),
+        )
+
+    @classmethod
+    def returned(cls, values: Sequence) -> Outcome:
+        return cls(tuple(np.array(value, copy=True) for value in values))
+
+    def describe(self) -> str:
+        if self.values is None:
+            return f"{self.error} ({self.message[:160]})" + (" at compile time" if self.stage == "compile" else "")
+        shown = [np.array2string(value, precision=6, threshold=8, separator=",") for value in self.values]
+        return "values " + "; ".join(text.replace("\n", "") for text in shown)
+
+
+def same_outcome(got: Outcome, expected: Outcome, dtypes: Sequence[str] | None = None) -> bool:
+    """Both raise errors of one family, or both return values equal in shape and value (and ``got`` has ``dtypes``)."""
+    if got.values is None or expected.values is None:
+        return got.values is None and expected.values is None and got.family == expected.family
+    if len(got.values) != len(expected.values):
+        return False
+    for position, (value, want) in enumerate(zip(got.values, expected.values, strict=True)):
+        if value.shape != want.shape or (dtypes is not None and value.dtype != np.dtype(dtypes[position])):
+            return False
+        if want.dtype.kind in "biu" and value.dtype.kind in "biu":
+            if not np.array_equal(value, want):
+                return False
+        elif not np.allclose(value.astype(float), want.astype(float), rtol=RTOL, atol=ATOL, equal_nan=True):
+            return False
+    return True
+
+
+@dataclass
+class Observation:
+    """What one mode on one device gave for one spec: an outcome per call, or why there are none."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    not_applicable: str = ""
+    crash: str = ""
+    """The death of the worker running this spec, with the tail of its log."""
+    invalid: str = ""
+    """Building the spec's graph failed: a fault of the generator, not of the mode."""
+
+
+@dataclass
+class ReferenceObservation:
+    """The oracles' outcomes for one spec: FAST_COMPILE, the rewritten graph, numpy (None: no numpy twin)."""
+
+    reference: list[Outcome] = field(default_factory=list)
+    rewritten: list[Outcome] = field(default_factory=list)
+    truth: list[Outcome | None] = field(default_factory=list)
+    dtypes: tuple[str, ...] = ()
+    invalid: str = ""
+    """No reference: building or compiling the graph under FAST_COMPILE failed, or its worker died."""
+
+
+def _call_each(fn: Callable, graph: WhileGraph) -> list[Outcome]:
+    outcomes = []
+    for arguments in graph.arguments():
+        try:
+            outcomes.append(Outcome.returned(fn(*arguments)))
+        except Exception as error:  # noqa: BLE001 - the outcome of the call
+            outcomes.append(Outcome.raised(error, "call"))
+    return outcomes
+
+
+def _compile_and_call_each(compile_fn: Callable[[], Callable], graph: WhileGraph) -> list[Outcome]:
+    try:
+        fn = compile_fn()
+    except Exception as error:  # noqa: BLE001 - the outcome of every call
+        return [Outcome.raised(error, "compile")] * len(graph.calls)
+    return _call_each(fn, graph)
+
+
+def _pytensor_function(graph: WhileGraph, mode: Mode | str) -> Callable:
+    return pytensor.function(graph.inputs, graph.outputs, updates=graph.updates, mode=mode, on_unused_input="ignore")
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    # Stock JAX warns about shared random generators and dropped checks; outcomes carry what matters.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def observe_reference(spec: WhileGraphSpec) -> ReferenceObservation:
+    try:
+        graph = while_graph(spec)
+        with _quiet():
+            reference_fn = _pytensor_function(graph, REFERENCE_MODE)
+    except Exception as error:  # noqa: BLE001 - reported as the spec's missing reference
+        failure = f"building the graph or compiling its reference failed: {error_summary(error)}"
+        return ReferenceObservation(invalid=failure)
+    with _quiet():
+        reference = _call_each(reference_fn, graph)
+        rewritten = _compile_and_call_each(partial(_pytensor_function, graph, REWRITTEN_MODE), graph)
+    return ReferenceObservation(
+        reference, rewritten, [_truth_outcome(spec, values) for values in graph.calls],
+        tuple(output.type.dtype for output in graph.outputs),
+    )
+
+
+def _truth_outcome(spec: WhileGraphSpec, values: dict[str, np.ndarray]) -> Outcome | None:
+    try:
+        return Outcome.returned(truth(spec, values))
+    except NoTruth:
+        return None
+    except Exception as error:  # noqa: BLE001 - what the call should raise
+        return Outcome.raised(error, "call")
+
+
+# --- The modes under test -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DifferentialMode:
+    name: str
+    description: str
+    host_only: bool
+    compile: Callable[[WhileGraph, str], Callable]
+    """``(graph, device) -> fn``: ``fn(*arguments)`` returns the outputs."""
+    device_scope: Callable[[str], AbstractContextManager]
+    not_applicable: Callable[[WhileGraphSpec], str]
+    """Why the mode does not take this spec by design, or ``""``."""
+
+
+def _takes_every_spec(spec: WhileGraphSpec) -> str:
+    return ""
+
+
+def _backend_mode(name: str, description: str) -> DifferentialMode:
+    backend = BACKENDS[name]
+    return DifferentialMode(
+        name, description, backend.host_only,
+        lambda graph, device: _pytensor_function(graph, backend.make_mode(device)),
+        backend.device_scope, _takes_every_spec,
+    )
+
+
+def _compile_jaxified(graph: WhileGraph, device: str) -> Callable:
+    import jax
+    from pymc.sampling.jax import get_jaxified_graph
+
+    jitted = jax.jit(get_jaxified_graph(graph.inputs, graph.outputs))
+    return lambda *arguments: [np.asarray(output) for output in jitted(*arguments)]
+
+
+def _jaxified_scope(device: str) -> AbstractContextManager:
+    return BACKENDS["jax-registered"].device_scope(device)
+
+
+def _jaxified_not_applicable(spec: WhileGraphSpec) -> str:
+    if importlib.util.find_spec("pymc") is None:
+        return "PyMC is not installed (pip install pymc): get_jaxified_graph is PyMC's"
+    if spec.loop.rng:
+        return "get_jaxified_graph refuses shared random generators (PyMC's ValueError); its samplers never pass one"
+    return ""
+
+
+DIFFERENTIAL_MODES: dict[str, DifferentialMode] = {
+    mode.name: mode
+    for mode in (
+        _backend_mode("jax", 'mode="JAX_GPU"'),
+        _backend_mode("jax-registered", 'stock mode="JAX" with gpubackend\'s registrations'),
+        DifferentialMode(
+            "jaxified", "jax.jit(pymc.sampling.jax.get_jaxified_graph(...)), as numpyro and blackjax run it",
+            False, _compile_jaxified, _jaxified_scope, _jaxified_not_applicable,
+        ),
+        _backend_mode("numba", 'mode="NUMBA"'),
+        _backend_mode("jax-stock", "PyTensor's own JAX mode, none of gpubackend's lowerings (a baseline)"),
+    )
+}
+DEFAULT_MODES = ("jax", "jax-registered", "jaxified", "numba")
+
+
+def observe_mode(mode_name: str, device: str, spec: WhileGraphSpec) -> Observation:
+    mode = DIFFERENTIAL_MODES[mode_name]
+    if reason := mode.not_applicable(spec):
+        return Observation(not_applicable=reason)
+    try:
+        graph = while_graph(spec)
+    except Exception as error:  # noqa: BLE001 - the generator's fault, reported as such
+        return Observation(invalid=f"building the graph failed: {error_summary(error)}")
+    with _quiet(), mode.device_scope(device):
+        return Observation(_compile_and_call_each(partial(mode.compile, graph, device), graph))
+
+
+def mode_device_pairs(modes: Sequence[str], devices: Sequence[str]) -> list[tuple[str, str]]:
+    """Every (mode, device) to run (`name_device_pairs`): a host-only mode once, on ``cpu``."""
+    host_only = {name: mode.host_only for name, mode in DIFFERENTIAL_MODES.items()}
+    return name_device_pairs(modes, host_only, devices, "differential mode(s)")
+
+
+# --- Verdicts -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str
+    detail: str = ""
+
+
+def _call_label(spec: WhileGraphSpec, index: int) -> str:
+    stop = spec.stops[index]
+    where = "runs to the bound" if stop == spec.loop.bound else f"stops at step {stop}"
+    return f"call {index + 1} ({where} of {spec.loop.bound})"
+
+
+def _call_verdict(spec: WhileGraphSpec, index: int, got: Outcome, oracles: ReferenceObservation) -> Verdict:
+    reference, rewritten, numpy_truth = oracles.reference[index], oracles.rewritten[index], oracles.truth[index]
+    expected = numpy_truth or reference
+    label = _call_label(spec, index)
+    if got.refused:
+        return Verdict(REFUSED, f"{label}: {got.describe()}")
+    if same_outcome(got, expected, oracles.dtypes):
+        return Verdict(PASS)
+    reference_wrong = numpy_truth is not None and not same_outcome(reference, numpy_truth)
+    rewrites_wrong = not same_outcome(rewritten, reference)
+    if reference_wrong or rewrites_wrong:
+        for name, oracle in (("FAST_COMPILE", reference), ("the FAST_RUN-rewritten graph", rewritten)):
+            if same_outcome(got, oracle, oracles.dtypes):
+                hint = UPSTREAM_BUGS.get(upstream_hint(spec), "a PyTensor bug not listed in UPSTREAM_BUGS")
+                return Verdict(UPSTREAM, f"{label}: {got.describe()}, as {name} does; expected "
+                               f"{expected.describe()}; upstream: {hint}")
+    detail = f"{label}: expected {expected.describe()}, got {got.describe()}"
+    if got.values is not None:
+        return Verdict(SILENT_WRONG, detail)
+    # A NotImplementedError other than the named refusal is a refusal without its name.
+    if got.stage == "call" and expected.values is None and got.family != "NotImplementedError":
+        return Verdict(WRONG_ERROR, detail)
+    return Verdict(RAW_ERROR, detail)
+
+
+def classify(spec: WhileGraphSpec, oracles: ReferenceObservation, observation: Observation) -> Verdict:
+    """A mode's verdict on a spec: its worst call's."""
+    if observation.crash:
+        return Verdict(CRASH, observation.crash)
+    if observation.not_applicable:
+        return Verdict(NOT_APPLICABLE, observation.not_applicable)
+    if observation.invalid:
+        return Verdict(RAW_ERROR, observation.invalid)
+    verdicts = [_call_verdict(spec, index, got, oracles) for index, got in enumerate(observation.outcomes)]
+    return min(verdicts, key=lambda verdict: _SEVERITY.index(verdict.status))
+
+
+# --- A run over many specs ------------------------------------------------------------------------------
+
+
+@dataclass
+class SpecResult:
+    name: str
+    spec: str
+    """The spec's repr: ``WhileGraphSpec(...)`` rebuilds it (with while_scan_graphs' names in scope)."""
+    case_class: str
+    family: str
+    expected: str = ""
+    """Per call, the expected outcome: ``value`` or the error type."""
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    invalid: str = ""
+
+
+@dataclass
+class DifferentialReport:
+    environment: dict[str, Any]
+    columns: list[str]
+    results: list[SpecResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Per class, per column, per status: how many specs."""
+        counts: dict[str, dict[str, Counter]] = {}
+        for result in self.results:
+            if result.invalid:
+                continue
+            per_column = counts.setdefault(result.case_class, {column: Counter() for column in self.columns})
+            for column, verdict in result.verdicts.items():
+                per_column[column][verdict.status] += 1
+        return {
+            case_class: {column: dict(counter) for column, counter in per_column.items()}
+            for case_class, per_column in counts.items()
+        }
+
+    def totals(self) -> dict[str, dict[str, int]]:
+        totals = {column: Counter() for column in self.columns}
+        for result in self.results:
+            for column, verdict in result.verdicts.items():
+                totals[column][verdict.status] += 1
+        return {column: dict(counter) for column, counter in totals.items()}
+
+    @property
+    def invalid(self) -> list[SpecResult]:
+        return [result for result in self.results if result.invalid]
+
+    @property
+    def failed(self) -> bool:
+        """A failing verdict, or a spec without a reference (the generator's fault)."""
+        return bool(self.invalid) or any(
+            verdict.status in FAILING for result in self.results for verdict in result.verdicts.values()
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "environment": self.environment,
+            "seconds": self.seconds,
+            "columns": self.columns,
+            "statuses": list(STATUSES),
+            "counts": self.counts(),
+            "totals": self.totals(),
+            "upstream_bugs": UPSTREAM_BUGS,
+            "results": [asdict(result) for result in self.results],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DifferentialReport:
+        results = []
+        for result in data["results"]:
+            verdicts = {column: Verdict(**verdict) for column, verdict in result["verdicts"].items()}
+            results.append(SpecResult(**{**result, "verdicts": verdicts}))
+        return cls(data["environment"], data["columns"], results, data["seconds"])
+
+
+def spec_name(spec: WhileGraphSpec, index: int) -> str:
+    return f"while_{index}_class_{case_class(spec)}_{spec.consumer.kind}"
+
+
+def _expected_summary(oracles: ReferenceObservation) -> str:
+    expected = [truth or reference for truth, reference in zip(oracles.truth, oracles.reference, strict=True)]
+    return ", ".join("value" if outcome.values is not None else outcome.error for outcome in expected)
+
+
+def spec_result(
+    name: str, spec: WhileGraphSpec, oracles: ReferenceObservation, observations: dict[str, Observation]
+) -> SpecResult:
+    result = SpecResult(name, repr(spec), case_class(spec), loop_family(spec), invalid=oracles.invalid)
+    if not oracles.invalid:
+        result.expected = _expected_summary(oracles)
+        result.verdicts = {column: classify(spec, oracles, seen) for column, seen in observations.items()}
+    return result
+
+
+def column_name(mode: str, device: str) -> str:
+    return f"{mode} @ {device}"
+
+
+def _chunks(items: Sequence, size: int) -> list[tuple[int, Sequence]]:
+    return [(start, items[start : start + size]) for start in range(0, len(items), size)]
+
+
+def run_differential(
+    specs: Sequence[WhileGraphSpec],
+    modes: Sequence[str] = DEFAULT_MODES,
+    devices: Sequence[str] = (HOST_DEVICE,),
+    label: str = "",
+    progress: bool = True,
+) -> DifferentialReport:
+    """Every spec on the reference and on every (mode, device) pair, in worker processes; then the verdicts.
+
+    A spec that kills a mode's worker is that mode's `crash`; one that kills
+    the reference's has no reference (``invalid``).
+    """
+    started = time.perf_counter()
+    pairs = mode_device_pairs(modes, devices)
+    columns = [column_name(mode, device) for mode, device in pairs]
+    # Per stream: its name, what a worker runs per spec, and what a worker's death gives.
+    streams = [("reference", observe_reference, _reference_crash)]
+    streams += [
+        (column, partial(observe_mode, *pair), _mode_crash) for column, pair in zip(columns, pairs, strict=True)
+    ]
+    # NUMBA compiles for seconds where JAX traces in milliseconds: its chunks start first.
+    tasks = [(stream, start, chunk) for stream in streams for start, chunk in _chunks(specs, CHUNK)]
+    tasks.sort(key=lambda task: not task[0][0].startswith("numba"))
+    seen: dict[str, list] = {name: [None] * len(specs) for name, _, _ in streams}
+    with progress_display(progress, len(specs) * len(streams)) as advance:
+
+        def run_task(stream: tuple[str, Callable, Callable], start: int, chunk: Sequence) -> None:
+            name, observe, on_crash = stream
+            observations = run_in_workers(chunk, observe, on_crash, lambda observation: advance(name))
+            seen[name][start : start + len(observations)] = observations
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            for future in [pool.submit(run_task, *task) for task in tasks]:
+                future.result()
+    report = DifferentialReport(environment(devices, label), columns)
+    for index, spec in enumerate(specs):
+        observations = {column: seen[column][index] for column in columns}
+        report.results.append(spec_result(spec_name(spec, index), spec, seen["reference"][index], observations))
+    report.seconds = round(time.perf_counter() - started, 1)
+    return report
+
+
+def _reference_crash(spec: WhileGraphSpec, returncode: int, log_tail: str) -> ReferenceObservation:
+    return ReferenceObservation(invalid=f"the reference's worker died: {describe_exit(returncode)}\n{log_tail}")
+
+
+def _mode_crash(spec: WhileGraphSpec, returncode: int, log_tail: str) -> Observation:
+    return Observation(crash=f"the worker process running this graph died: {describe_exit(returncode)}\n{log_tail}")
+
+
+def check_in_process(
+    spec: WhileGraphSpec, modes: Sequence[tuple[str, str]]
+) -> tuple[ReferenceObservation, dict[str, Verdict]]:
+    """One spec's reference and verdicts, in this process (tests: no worker start, no crash isolation)."""
+    oracles = observe_reference(spec)
+    if oracles.invalid:
+        return oracles, {}
+    return oracles, {
+        column_name(mode, device): classify(spec, oracles, observe_mode(mode, device, spec)) for mode, device in modes
+    }

@@ -1,0 +1,146 @@
+"""The while-Scan differential run's reports: counts per class and mode (rich, Markdown), every verdict (JSON)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from gpubackend.conformance.differential import (
+    FAILING,
+    PASS,
+    STATUSES,
+    DifferentialReport,
+    SpecResult,
+    run_differential,
+)
+from gpubackend.conformance.reports import environment_lines
+from gpubackend.conformance.while_scan_graphs import CLASSES, UPSTREAM_BUGS, draw_while_specs
+
+BASENAME = "while_scan_differential"
+SHORT = {
+    "pass": "pass", "refused": "refused", "upstream": "upstream", "n/a": "n/a",
+    "silent-wrong": "SW", "wrong-error": "WE", "raw-error": "RE", "crash": "CRASH",
+}
+LEGEND = (
+    "SW silent-wrong (a value where the reference raises, or another value), WE wrong-error (another error type), "
+    "RE raw-error (an error where the reference returns a value, or at compile time anything but "
+    "DataDependentLengthError), CRASH (the worker died); refused: DataDependentLengthError; upstream: a PyTensor "
+    "bug, the mode doing what PyTensor does"
+)
+SHOWN_FAILURES = 40
+"""How many failing verdicts the printed summary lists; the Markdown report lists every verdict but passes."""
+
+
+def cell(counts: dict[str, int]) -> str:
+    """``12 pass, 2 refused, 1 SW``: the non-zero counts, in `STATUSES` order."""
+    return ", ".join(f"{counts[status]} {SHORT[status]}" for status in STATUSES if counts.get(status)) or "—"
+
+
+def _rows(report: DifferentialReport) -> list[tuple[str, list[str]]]:
+    counts = report.counts()
+    rows = [(case_class, [cell(counts[case_class][column]) for column in report.columns])
+            for case_class in CLASSES if case_class in counts]
+    totals = report.totals()
+    rows.append(("total", [cell(totals[column]) for column in report.columns]))
+    return rows
+
+
+def _graph_counts(report: DifferentialReport) -> str:
+    valid = len(report.results) - len(report.invalid)
+    return f"{valid} graphs ({len(report.invalid)} without a reference), {report.seconds:.0f} s"
+
+
+def counts_tables(report: DifferentialReport) -> list[Table]:
+    """One table per column (mode and device): a row per class, a count per status; narrow enough for a CI log."""
+    counts, totals = report.counts(), report.totals()
+    tables = []
+    for column in report.columns:
+        table = Table(title=column, title_justify="left")
+        table.add_column("class")
+        for status in STATUSES:
+            table.add_column(SHORT[status], justify="right")
+        rows = [(case_class, counts[case_class][column]) for case_class in CLASSES if case_class in counts]
+        for case_class, per_status in [*rows, ("total", totals[column])]:
+            cells = [str(per_status.get(status, "")) for status in STATUSES]
+            table.add_row(case_class, *cells, style="bold" if case_class == "total" else None)
+        tables.append(table)
+    return tables
+
+
+def _not_passing(report: DifferentialReport) -> list[tuple[SpecResult, str, str, str]]:
+    """(result, column, status, detail) of every verdict other than pass, failures first."""
+    lines = [
+        (result, column, verdict.status, verdict.detail)
+        for result in report.results
+        for column, verdict in result.verdicts.items()
+        if verdict.status != PASS
+    ]
+    return sorted(lines, key=lambda line: line[2] not in FAILING)
+
+
+def to_markdown(report: DifferentialReport) -> str:
+    lines = ["# gpubackend while-Scan differential", ""]
+    lines += [f"- {line}" for line in environment_lines(report.environment)]
+    lines += [f"- {_graph_counts(report)}", "", "| class | " + " | ".join(report.columns) + " |"]
+    lines.append("|---|" + "---|" * len(report.columns))
+    lines += [f"| {case_class} | " + " | ".join(cells) + " |" for case_class, cells in _rows(report)]
+    lines += ["", LEGEND, "", "## Upstream PyTensor bugs the oracles tell apart", ""]
+    lines += [f"- `{key}`: {text}" for key, text in UPSTREAM_BUGS.items()]
+    if report.invalid:
+        lines += ["", "## Graphs without a reference", ""]
+        lines += [f"- **{result.name}** `{result.spec}`: {result.invalid}" for result in report.invalid]
+    not_passing = _not_passing(report)
+    if not_passing:
+        lines += ["", "## Not passing", ""]
+        for result, column, status, detail in not_passing:
+            lines.append(f"- **{result.name}** ({result.family}) on {column}: {status} — {detail}")
+            lines.append(f"  expected per call: {result.expected}; spec: `{result.spec}`")
+    return "\n".join(lines) + "\n"
+
+
+def write_differential_reports(report: DifferentialReport, out_dir: str | Path) -> dict[str, Path]:
+    """Write DIR/while_scan_differential.{json,md}; return the paths by format."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / f"{BASENAME}.json", "md": out / f"{BASENAME}.md"}
+    paths["json"].write_text(json.dumps(report.to_json(), indent=2, default=str))
+    paths["md"].write_text(to_markdown(report))
+    return paths
+
+
+def print_differential_summary(report: DifferentialReport, paths: dict[str, Path], console: Console) -> None:
+    """The counts per mode, the first failing verdicts, and where the reports (with every verdict) are."""
+    console.print(f"[bold]while-Scan differential[/bold]: {_graph_counts(report)}")
+    for table in counts_tables(report):
+        console.print(table)
+    console.print(escape(LEGEND), highlight=False)
+    for result in report.invalid:
+        console.print(f"  [red]no reference[/red] {escape(result.name)}: {escape(result.invalid)}")
+    failing = [line for line in _not_passing(report) if line[2] in FAILING]
+    for result, column, status, detail in failing[:SHOWN_FAILURES]:
+        console.print(f"  [red]{status}[/red] {escape(f'{result.name} on {column}: {detail}')}")
+    if len(failing) > SHOWN_FAILURES:
+        console.print(f"  ... {len(failing) - SHOWN_FAILURES} more failing verdicts")
+    console.print(f"every verdict that is not a pass, refusals and upstream bugs included, is in {paths['md']}")
+    console.print("reports: " + ", ".join(str(path) for path in paths.values()))
+
+
+def run_differential_and_report(
+    count: int,
+    modes: Sequence[str],
+    devices: Sequence[str],
+    out_dir: str | Path,
+    label: str = "",
+    console: Console | None = None,
+    progress: bool = True,
+) -> DifferentialReport:
+    """Draw ``count`` while-Scan graphs, run them differentially, write and print the reports."""
+    report = run_differential(draw_while_specs(count), modes, devices, label=label, progress=progress)
+    paths = write_differential_reports(report, out_dir)
+    print_differential_summary(report, paths, console or Console(stderr=True, soft_wrap=True))
+    return report
