@@ -11,7 +11,10 @@ reference does:
   built-in class: IndexError, ValueError, AssertionError...).
 
 A mode may refuse instead, by name: `gpubackend.DataDependentLengthError`
-(`refused`). What else it does is `silent-wrong` (values where the reference
+(`refused`). A path that does not own the call (stock ``mode="JAX"``,
+``get_jaxified_graph``) checks inside the computation, where only JAX's runtime
+error can come out: it passes as `checked` when that error's message names the
+reference's error type (README, "While-Scans under JAX"). What else it does is `silent-wrong` (values where the reference
 raises, or other values), `wrong-error` (another error type), `raw-error`
 (an error where the reference returns values, or any other error at compile
 time) or `crash` (its worker process died). `n/a`: the mode does not take such
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import time
 import warnings
 from collections import Counter
@@ -69,6 +73,7 @@ from gpubackend.conformance.worker import describe_exit, run_in_workers
 from gpubackend.errors import DataDependentLengthError
 
 PASS = "pass"
+CHECKED = "checked"
 REFUSED = "refused"
 UPSTREAM = "upstream"
 NOT_APPLICABLE = "n/a"
@@ -76,9 +81,9 @@ SILENT_WRONG = "silent-wrong"
 WRONG_ERROR = "wrong-error"
 RAW_ERROR = "raw-error"
 CRASH = "crash"
-STATUSES = (PASS, REFUSED, UPSTREAM, NOT_APPLICABLE, SILENT_WRONG, WRONG_ERROR, RAW_ERROR, CRASH)
+STATUSES = (PASS, CHECKED, REFUSED, UPSTREAM, NOT_APPLICABLE, SILENT_WRONG, WRONG_ERROR, RAW_ERROR, CRASH)
 FAILING = (SILENT_WRONG, WRONG_ERROR, RAW_ERROR, CRASH)
-_SEVERITY = (CRASH, SILENT_WRONG, WRONG_ERROR, RAW_ERROR, REFUSED, NOT_APPLICABLE, UPSTREAM, PASS)
+_SEVERITY = (CRASH, SILENT_WRONG, WRONG_ERROR, RAW_ERROR, REFUSED, NOT_APPLICABLE, UPSTREAM, CHECKED, PASS)
 """A graph's status on a mode is its worst call's, in this order."""
 
 REFERENCE_MODE = "FAST_COMPILE"
@@ -90,6 +95,10 @@ CHUNK = 40
 
 
 # --- What one run of one graph gave ---------------------------------------------------------------------
+
+
+_CHECKED_IN_COMPUTATION = re.compile(r"EquinoxRuntimeError: ([A-Za-z]+Error): ")
+"""How the reference's error type shows in JAX's runtime error from a check inside the computation."""
 
 
 def _error_family(error: BaseException) -> str:
@@ -111,12 +120,15 @@ class Outcome:
     stage: str = "call"
     refused: bool = False
     """The error is gpubackend's named refusal, `DataDependentLengthError`."""
+    checked_as: str = ""
+    """The error type a check inside the computation names in JAX's runtime error (empty: none)."""
 
     @classmethod
     def raised(cls, error: BaseException, stage: str) -> Outcome:
+        checked = _CHECKED_IN_COMPUTATION.search(str(error)) if stage == "call" else None
         return cls(
             None, type(error).__name__, _error_family(error), error_summary(error)[:300], stage,
-            isinstance(error, DataDependentLengthError),
+            isinstance(error, DataDependentLengthError), checked.group(1) if checked else "",
         )
 
     @classmethod
@@ -332,6 +344,8 @@ def _call_verdict(spec: WhileGraphSpec, index: int, got: Outcome, oracles: Refer
         return Verdict(REFUSED, f"{label}: {got.describe()}")
     if same_outcome(got, expected, oracles.dtypes):
         return Verdict(PASS)
+    if got.checked_as and expected.values is None and got.checked_as == expected.family:
+        return Verdict(CHECKED, f"{label}: {got.describe()}")
     reference_wrong = numpy_truth is not None and not same_outcome(reference, numpy_truth)
     rewrites_wrong = not same_outcome(rewritten, reference)
     if reference_wrong or rewrites_wrong:

@@ -23,14 +23,15 @@ from gpubackend.conformance.while_scan_graphs import CLASSES, UPSTREAM_BUGS, dra
 
 BASENAME = "while_scan_differential"
 SHORT = {
-    "pass": "pass", "refused": "refused", "upstream": "upstream", "n/a": "n/a",
+    "pass": "pass", "checked": "checked", "refused": "refused", "upstream": "upstream", "n/a": "n/a",
     "silent-wrong": "SW", "wrong-error": "WE", "raw-error": "RE", "crash": "CRASH",
 }
 LEGEND = (
     "SW silent-wrong (a value where the reference raises, or another value), WE wrong-error (another error type), "
     "RE raw-error (an error where the reference returns a value, or at compile time anything but "
-    "DataDependentLengthError), CRASH (the worker died); refused: DataDependentLengthError; upstream: a PyTensor "
-    "bug, the mode doing what PyTensor does"
+    "DataDependentLengthError), CRASH (the worker died); refused: DataDependentLengthError; checked: raised inside "
+    "the computation, JAX's runtime error naming the reference's error type (paths that do not own the call); "
+    "upstream: a PyTensor bug, the mode doing what PyTensor does"
 )
 SHOWN_FAILURES = 40
 """How many failing verdicts the printed summary lists; the Markdown report lists every verdict but passes."""

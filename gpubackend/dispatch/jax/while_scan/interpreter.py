@@ -29,6 +29,7 @@ from gpubackend.dispatch.jax.while_scan.plan import BoundedPlan, ExactLengthsNee
 from gpubackend.dispatch.jax.while_scan.refusals import unbounded_step_count
 from gpubackend.dispatch.jax.while_scan.traces import specialised_scan
 from gpubackend.dispatch.jax.while_scan.values import Bounded, BoundedInt, as_kind, is_traced, with_capacity
+from gpubackend.errors import DataDependentLengthError
 
 FIRST_CAPACITY = 16
 CAPACITY_GROWTH = 16
@@ -56,6 +57,16 @@ def _plain_outputs(plan: BoundedPlan, node: Apply, fn: Callable, arguments: list
         if node in plan.sizing and any(is_traced(value) for value in arguments):
             raise unbounded_step_count(plan.while_scans[0].op, node) from error
         raise
+
+
+def _rule_outputs(plan: BoundedPlan, node: Apply, lowering, arguments: list, capacity: int | None):
+    """A node with its length rule; a size the rule finds unbounded while tracing is refused by name."""
+    try:
+        return lowering.fn(*arguments, capacity=capacity) if lowering.capacity_limited else lowering.fn(*arguments)
+    except DataDependentLengthError:
+        raise
+    except NotImplementedError as error:
+        raise unbounded_step_count(plan.while_scans[0].op, node) from error
 
 
 def _either(overflow, other):
@@ -90,7 +101,7 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
             if lowering is None:
                 outputs = _plain_outputs(plan, node, plain_fns[node], arguments)
             else:
-                result = lowering.fn(*arguments, capacity=capacity) if lowering.capacity_limited else lowering.fn(*arguments)
+                result = _rule_outputs(plan, node, lowering, arguments, capacity)
                 if isinstance(result, NodeResult):
                     result, node_oks, node_overflow = result
                     oks.extend(node_oks)

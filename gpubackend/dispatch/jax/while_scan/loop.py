@@ -157,7 +157,8 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, 
             )
 
         mit_mot_buffers = [buffer.buffer for buffer in mit_mot]
-        nit_specs = jax.eval_shape(lambda: step_outputs(0, mit_mot_buffers, tap_buffers, untraced)[2])
+        # PyTensor's random variables write their new key into the generator's dict: trace on a copy of it.
+        nit_specs = jax.eval_shape(lambda: step_outputs(0, mit_mot_buffers, tap_buffers, jax.tree.map(lambda leaf: leaf, untraced))[2])
         nit_buffers = [jnp.zeros((room, *spec.shape), spec.dtype) for room, spec in zip(nit_rooms, nit_specs, strict=True)]
 
         def keep_going(carry):

@@ -43,8 +43,9 @@ def no_length_rule(scan, consumer, reason: str, context: LoweringContext) -> Dat
 
 def unbounded_step_count(scan, sizing_node) -> DataDependentLengthError:
     return DataDependentLengthError(
-        f"{scan}: its number of steps, or the size of its trace, is computed from the data ({sizing_node.op} gets "
-        "a value known only at run time), so JAX has no bound for its buffers while it traces the graph, on any "
-        "path. Give the loop a bound that comes from a shape, a constant or an integer input (n_steps=n_max), and "
-        "stop it early with `until` (for example until(i >= n) with a counter i)."
+        f"{scan}: its number of steps, or the size of a buffer after it, is computed from values known only at run "
+        f"time ({sizing_node.op} gets one), so JAX has no bound for its buffers while it traces the graph, on any "
+        "path. Give the loop a bound known while tracing, a constant or a shape (under mode='JAX' and 'JAX_GPU' "
+        "also an integer input of the function; get_jaxified_graph traces every input), and stop it early with "
+        "`until`."
     )
