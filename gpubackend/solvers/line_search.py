@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gpubackend.solvers.jit import solver_njit
+from gpubackend.solvers.small_vectors import dot
 
 _MAX_BRACKET_ITERS = 10
 _MAX_ZOOM_ITERS = 10
@@ -57,8 +58,11 @@ def make_strong_wolfe(fun: Callable) -> Callable:
 
     @solver_njit
     def trial(xk, pk, args, alpha):
-        f, g = fun(xk + alpha * pk, args)
-        return f, g, np.dot(g, pk)
+        x = np.empty_like(xk)
+        for i in range(xk.shape[0]):
+            x[i] = xk[i] + alpha * pk[i]
+        f, g = fun(x, args)
+        return f, g, dot(g, pk)
 
     @solver_njit
     def zoom(xk, pk, args, a_lo, a_hi, phi_lo, phi_hi, derphi_lo, phi0, derphi0, c1, c2):
@@ -102,7 +106,7 @@ def make_strong_wolfe(fun: Callable) -> Callable:
 
     @solver_njit
     def search(xk, pk, args, phi0, gk, old_phi0, c1, c2):
-        derphi0 = np.dot(gk, pk)
+        derphi0 = dot(gk, pk)
         alpha1 = 1.0
         # A NaN ``old_phi0`` (no previous iterate) starts from a unit step, as in scipy.
         if derphi0 != 0.0 and np.isfinite(old_phi0):
