@@ -31,7 +31,10 @@ def max_abs(a) -> float:
 
 @solver_njit
 def norm(a) -> float:
-    """Euclidean norm, scaled by the largest element so that squaring cannot overflow (as BLAS ``nrm2``)."""
+    """Euclidean norm; rescaled by the largest element only where squaring over- or underflows (as BLAS ``nrm2``)."""
+    total = dot(a, a)
+    if 1e-280 < total < 1e280:
+        return np.sqrt(total)
     scale = max_abs(a)
     if scale == 0.0 or not np.isfinite(scale):
         return scale
