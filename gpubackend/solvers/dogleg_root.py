@@ -13,7 +13,7 @@ import numpy as np
 from gpubackend.solvers.budgets import minpack_maxfev
 from gpubackend.solvers.jit import solver_njit
 from gpubackend.solvers.least_squares_step import all_finite, gauss_newton_step
-from gpubackend.solvers.small_vectors import dot, matvec, norm, rmatvec
+from gpubackend.solvers.small_vectors import dot, matvec, norm
 
 _EPS = np.finfo(np.float64).eps
 
@@ -23,7 +23,7 @@ def dogleg_step(jacobian, residual, gauss_newton, delta):
     """Point of the dogleg path (steepest descent then Gauss-Newton) at length ``delta``."""
     if norm(gauss_newton) <= delta:
         return gauss_newton
-    gradient = rmatvec(jacobian, residual)
+    gradient = matvec(jacobian.T, residual)
     gradient_norm = norm(gradient)
     if gradient_norm == 0.0:
         return gauss_newton * (delta / norm(gauss_newton))

@@ -47,19 +47,10 @@ def norm(a) -> float:
 
 @solver_njit
 def matvec(a, v):
-    """``a @ v`` for a matrix ``a``."""
+    """``a @ v`` for a matrix ``a`` (a transposed view too)."""
     out = np.zeros(a.shape[0])
     for i in range(a.shape[0]):
         for j in range(a.shape[1]):
             out[i] += a[i, j] * v[j]
     return out
 
-
-@solver_njit
-def rmatvec(a, v):
-    """``a.T @ v`` for a matrix ``a``."""
-    out = np.zeros(a.shape[1])
-    for i in range(a.shape[0]):
-        for j in range(a.shape[1]):
-            out[j] += a[i, j] * v[i]
-    return out
