@@ -18,6 +18,13 @@ explicit for PyTensor's Numba `Blockwise` lowering. Stock PyTensor derives
 them from the core op's ``infer_shape``, which these ops lack, and then runs
 the whole `Blockwise` in object mode; the solution has the shape of ``x``, so
 `introduce_core_shape_optimize_blockwise` states that directly.
+
+The same lack of ``infer_shape`` leaves a read of the solution's shape on the
+solve itself: `local_optimize_solution_shape` reads it from ``x``. Without it
+the shape keeps a solve alive that nothing else uses: in a PyMC gradient,
+PyTensor's core-shape rewrite for a batched Jacobian reads the shape of an
+earlier copy of a `Blockwise` solve (its ``x`` folded into another constant),
+which then runs a second time for its shape alone.
 """
 
 from pytensor.compile import optdb
@@ -28,6 +35,7 @@ from pytensor.tensor.basic import as_tensor, constant
 from pytensor.tensor.blockwise import Blockwise, BlockwiseWithCoreShape
 from pytensor.tensor.optimize import ScipyWrapperOp, rewrite_optimize_inner_graph
 from pytensor.tensor.rewriting.optimize import jit_rewrite_optimize_inner_graph
+from pytensor.tensor.shape import Shape_i
 
 from gpubackend.dispatch.numba.optimize_plan import has_native_solver
 
@@ -71,4 +79,41 @@ optdb.register(
     dfs_rewriter(introduce_core_shape_optimize_blockwise),
     "numba",
     position=99.9,
+)
+
+
+@node_rewriter([Shape_i])
+def local_optimize_solution_shape(fgraph, node):
+    """``Shape_i`` of a core dimension of an optimize op's solution (also batched) -> that of ``x``.
+
+    The solution has the shape of ``x``, the op's first input (PyTensor
+    reshapes scipy's result to it). Batch dimensions, a broadcast of every
+    input's, are left alone.
+    """
+    [solution] = node.inputs
+    solve = solution.owner
+    if solve is None or solution is not solve.outputs[0]:
+        return None
+    op = solve.op
+    if isinstance(op, BlockwiseWithCoreShape):
+        [blockwise] = op.fgraph.apply_nodes
+        op = blockwise.op
+    core_op = op.core_op if isinstance(op, Blockwise) else op
+    if not isinstance(core_op, ScipyWrapperOp):
+        return None
+    x = solve.inputs[0]
+    core_ndim = core_op.inner_inputs[0].type.ndim
+    dim = node.op.i
+    if dim < solution.type.ndim - core_ndim:
+        return None
+    return [Shape_i(x.type.ndim - solution.type.ndim + dim)(x)]
+
+
+# After the last ``Shape_i`` reads are made: PyTensor's core-shape rewrite
+# (position 100) builds them for every Blockwise from shapes it inferred earlier.
+optdb.register(
+    local_optimize_solution_shape.__name__,
+    dfs_rewriter(local_optimize_solution_shape),
+    "numba",
+    position=100.5,
 )

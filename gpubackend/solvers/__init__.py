@@ -12,3 +12,7 @@ Each solver's settings are the typed settings of its scipy method
 Solvers never raise on non-convergence: they return the last iterate with a
 ``converged`` flag.
 """
+
+# PyTensor's Numba dispatch first: importing it registers gpubackend's lowerings,
+# which import the solver modules, so it must not happen halfway through one.
+import pytensor.link.numba.dispatch.basic  # noqa: E402, F401

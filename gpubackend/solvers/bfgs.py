@@ -3,6 +3,10 @@
 Follows scipy's ``_minimize_bfgs``: inverse-Hessian update, initial step guess
 ``dx ~ 1``, convergence on the infinity norm of the gradient (``gtol``), and
 ``xrtol`` on the step. ``fun(x, args)`` returns ``(f, grad)`` in float64.
+
+The iterate and the inverse Hessian are updated in place with explicit loops:
+for the small problems these ops solve, numpy temporaries and BLAS calls cost
+more than the arithmetic.
 """
 
 from collections.abc import Callable
@@ -12,6 +16,35 @@ import numpy as np
 from gpubackend.solvers.budgets import minimize_maxiter
 from gpubackend.solvers.jit import solver_njit
 from gpubackend.solvers.line_search import make_strong_wolfe
+from gpubackend.solvers.small_vectors import dot, max_abs, norm
+
+
+@solver_njit
+def _descent_direction(hess_inv, gk, pk):
+    """``pk = -hess_inv @ gk``."""
+    n = gk.shape[0]
+    for i in range(n):
+        total = 0.0
+        for j in range(n):
+            total += hess_inv[i, j] * gk[j]
+        pk[i] = -total
+
+
+@solver_njit
+def _update_inverse_hessian(hess_inv, sk, yk, hy):
+    """H <- (I - r s y^T) H (I - r y s^T) + r s s^T, expanded to avoid n^3 products."""
+    n = sk.shape[0]
+    rhok_inv = dot(yk, sk)
+    rhok = 1000.0 if rhok_inv == 0.0 else 1.0 / rhok_inv
+    for i in range(n):
+        total = 0.0
+        for j in range(n):
+            total += hess_inv[i, j] * yk[j]
+        hy[i] = total
+    ss_coefficient = rhok * rhok * dot(yk, hy) + rhok
+    for i in range(n):
+        for j in range(n):
+            hess_inv[i, j] += -rhok * (hy[i] * sk[j] + sk[i] * hy[j]) + ss_coefficient * sk[i] * sk[j]
 
 
 def make_bfgs(fun: Callable) -> Callable:
@@ -26,39 +59,32 @@ def make_bfgs(fun: Callable) -> Callable:
         maxiter = minimize_maxiter(settings.maxiter, n)
         fk, gk = fun(xk, args)
         hess_inv = np.eye(n)
-        old_old_fk = fk + np.linalg.norm(gk) / 2.0
-        gnorm = np.max(np.abs(gk)) if n else 0.0
+        pk, sk, yk, hy = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
+        old_old_fk = fk + norm(gk) / 2.0
+        gnorm = max_abs(gk)
         k = 0
         while gnorm > gtol and k < maxiter:
-            pk = -(hess_inv @ gk)
+            _descent_direction(hess_inv, gk, pk)
             found, alpha, f_new, g_new = line_search(xk, pk, args, fk, gk, old_old_fk, c1, c2)
             if not found:
                 return xk, False
-            sk = alpha * pk
-            xk = xk + sk
-            yk = g_new - gk
+            for i in range(n):
+                sk[i] = alpha * pk[i]
+                xk[i] = xk[i] + sk[i]
+                yk[i] = g_new[i] - gk[i]
             gk = g_new
             old_old_fk = fk
             fk = f_new
             k += 1
-            gnorm = np.max(np.abs(gk))
+            gnorm = max_abs(gk)
             if gnorm <= gtol:
                 break
-            if alpha * np.linalg.norm(pk) <= xrtol * (xrtol + np.linalg.norm(xk)):
+            if alpha * norm(pk) <= xrtol * (xrtol + norm(xk)):
                 # scipy reports a step below ``xrtol`` as a successful exit.
                 return xk, True
             if not np.isfinite(fk):
                 return xk, False
-            rhok_inv = np.dot(yk, sk)
-            rhok = 1000.0 if rhok_inv == 0.0 else 1.0 / rhok_inv
-            # H <- (I - r s y^T) H (I - r y s^T) + r s s^T, expanded to avoid n^3 products.
-            hy = hess_inv @ yk
-            yhy = np.dot(yk, hy)
-            hess_inv = (
-                hess_inv
-                - rhok * (np.outer(hy, sk) + np.outer(sk, hy))
-                + (rhok * rhok * yhy + rhok) * np.outer(sk, sk)
-            )
+            _update_inverse_hessian(hess_inv, sk, yk, hy)
         return xk, gnorm <= gtol
 
     return solve

@@ -13,6 +13,7 @@ import numpy as np
 from gpubackend.solvers.budgets import minpack_maxfev
 from gpubackend.solvers.jit import solver_njit
 from gpubackend.solvers.least_squares_step import all_finite, gauss_newton_step
+from gpubackend.solvers.small_vectors import dot, matvec, norm
 
 _EPS = np.finfo(np.float64).eps
 
@@ -20,21 +21,21 @@ _EPS = np.finfo(np.float64).eps
 @solver_njit
 def dogleg_step(jacobian, residual, gauss_newton, delta):
     """Point of the dogleg path (steepest descent then Gauss-Newton) at length ``delta``."""
-    if np.linalg.norm(gauss_newton) <= delta:
+    if norm(gauss_newton) <= delta:
         return gauss_newton
-    gradient = jacobian.T @ residual
-    gradient_norm = np.linalg.norm(gradient)
+    gradient = matvec(jacobian.T, residual)
+    gradient_norm = norm(gradient)
     if gradient_norm == 0.0:
-        return gauss_newton * (delta / np.linalg.norm(gauss_newton))
-    jg = jacobian @ gradient
-    cauchy = -(gradient_norm**2 / np.dot(jg, jg)) * gradient
-    cauchy_norm = np.linalg.norm(cauchy)
+        return gauss_newton * (delta / norm(gauss_newton))
+    jg = matvec(jacobian, gradient)
+    cauchy = -(gradient_norm**2 / dot(jg, jg)) * gradient
+    cauchy_norm = norm(cauchy)
     if cauchy_norm >= delta:
         return cauchy * (delta / cauchy_norm)
     # Walk from the Cauchy point towards Gauss-Newton until |p| = delta.
     d = gauss_newton - cauchy
-    a = np.dot(d, d)
-    b = 2.0 * np.dot(cauchy, d)
+    a = dot(d, d)
+    b = 2.0 * dot(cauchy, d)
     c = cauchy_norm**2 - delta**2
     tau = (-b + np.sqrt(b * b - 4.0 * a * c)) / (2.0 * a)
     return cauchy + tau * d
@@ -50,8 +51,8 @@ def make_dogleg_root(fun: Callable) -> Callable:
         maxfev = minpack_maxfev(settings.maxfev, x.shape[0])
         residual, jacobian = fun(x, args)
         nfev = 1
-        fnorm = np.linalg.norm(residual)
-        xnorm = np.linalg.norm(x)
+        fnorm = norm(residual)
+        xnorm = norm(x)
         delta = factor * xnorm if xnorm > 0 else factor
         first = True
         successes = 0
@@ -62,17 +63,17 @@ def make_dogleg_root(fun: Callable) -> Callable:
             if not ok:
                 return x, False
             step = dogleg_step(jacobian, residual, gauss_newton, delta)
-            step_norm = np.linalg.norm(step)
+            step_norm = norm(step)
             if first:
                 delta = min(delta, step_norm)
                 first = False
             x_new = x + step
             residual_new, jacobian_new = fun(x_new, args)
             nfev += 1
-            fnorm_new = np.linalg.norm(residual_new) if all_finite(residual_new) else np.inf
+            fnorm_new = norm(residual_new) if all_finite(residual_new) else np.inf
             actual = 1.0 - (fnorm_new / fnorm) ** 2 if fnorm_new < fnorm else -1.0
-            predicted_residual = residual + jacobian @ step
-            predicted = 1.0 - (np.linalg.norm(predicted_residual) / fnorm) ** 2
+            predicted_residual = residual + matvec(jacobian, step)
+            predicted = 1.0 - (norm(predicted_residual) / fnorm) ** 2
             ratio = actual / predicted if predicted > 0.0 else 0.0
             if ratio < 0.1:
                 successes = 0
@@ -87,7 +88,7 @@ def make_dogleg_root(fun: Callable) -> Callable:
                 x = x_new
                 residual, jacobian = residual_new, jacobian_new
                 fnorm = fnorm_new
-                xnorm = np.linalg.norm(x)
+                xnorm = norm(x)
             if delta <= xtol * xnorm or fnorm == 0.0:
                 return x, True
             if nfev >= maxfev:

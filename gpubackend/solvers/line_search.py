@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gpubackend.solvers.jit import solver_njit
+from gpubackend.solvers.small_vectors import dot
 
 _MAX_BRACKET_ITERS = 10
 _MAX_ZOOM_ITERS = 10
@@ -56,12 +57,15 @@ def make_strong_wolfe(fun: Callable) -> Callable:
     """
 
     @solver_njit
-    def trial(xk, pk, args, alpha):
-        f, g = fun(xk + alpha * pk, args)
-        return f, g, np.dot(g, pk)
+    def trial(xk, pk, args, alpha, x):
+        """Value, gradient and slope at ``xk + alpha * pk``, formed in the work vector ``x``."""
+        for i in range(xk.shape[0]):
+            x[i] = xk[i] + alpha * pk[i]
+        f, g = fun(x, args)
+        return f, g, dot(g, pk)
 
     @solver_njit
-    def zoom(xk, pk, args, a_lo, a_hi, phi_lo, phi_hi, derphi_lo, phi0, derphi0, c1, c2):
+    def zoom(xk, pk, args, x, a_lo, a_hi, phi_lo, phi_hi, derphi_lo, phi0, derphi0, c1, c2):
         phi_rec = phi0
         a_rec = 0.0
         for i in range(_MAX_ZOOM_ITERS + 1):
@@ -78,7 +82,7 @@ def make_strong_wolfe(fun: Callable) -> Callable:
                 a_j = _quadratic_minimizer(a_lo, phi_lo, derphi_lo, a_hi, phi_hi)
                 if not np.isfinite(a_j) or a_j > hi - qchk or a_j < lo + qchk:
                     a_j = a_lo + 0.5 * dalpha
-            phi_j, g_j, derphi_j = trial(xk, pk, args, a_j)
+            phi_j, g_j, derphi_j = trial(xk, pk, args, a_j, x)
             if phi_j > phi0 + c1 * a_j * derphi0 or phi_j >= phi_lo:
                 phi_rec = phi_hi
                 a_rec = a_hi
@@ -102,32 +106,33 @@ def make_strong_wolfe(fun: Callable) -> Callable:
 
     @solver_njit
     def search(xk, pk, args, phi0, gk, old_phi0, c1, c2):
-        derphi0 = np.dot(gk, pk)
+        derphi0 = dot(gk, pk)
         alpha1 = 1.0
         # A NaN ``old_phi0`` (no previous iterate) starts from a unit step, as in scipy.
         if derphi0 != 0.0 and np.isfinite(old_phi0):
             alpha1 = min(1.0, 1.01 * 2.0 * (phi0 - old_phi0) / derphi0)
             if alpha1 < 0.0:
                 alpha1 = 1.0
+        x = np.empty_like(xk)
         alpha0 = 0.0
         phi_a0 = phi0
         derphi_a0 = derphi0
-        phi_a1, g_a1, derphi_a1 = trial(xk, pk, args, alpha1)
+        phi_a1, g_a1, derphi_a1 = trial(xk, pk, args, alpha1, x)
         for i in range(_MAX_BRACKET_ITERS):
             if alpha1 == 0.0:
                 # The step slipped below machine precision.
                 return False, alpha1, phi_a1, g_a1
             if phi_a1 > phi0 + c1 * alpha1 * derphi0 or (phi_a1 >= phi_a0 and i > 0):
-                return zoom(xk, pk, args, alpha0, alpha1, phi_a0, phi_a1, derphi_a0, phi0, derphi0, c1, c2)
+                return zoom(xk, pk, args, x, alpha0, alpha1, phi_a0, phi_a1, derphi_a0, phi0, derphi0, c1, c2)
             if abs(derphi_a1) <= -c2 * derphi0:
                 return True, alpha1, phi_a1, g_a1
             if derphi_a1 >= 0:
-                return zoom(xk, pk, args, alpha1, alpha0, phi_a1, phi_a0, derphi_a1, phi0, derphi0, c1, c2)
+                return zoom(xk, pk, args, x, alpha1, alpha0, phi_a1, phi_a0, derphi_a1, phi0, derphi0, c1, c2)
             alpha0 = alpha1
             alpha1 = 2.0 * alpha1
             phi_a0 = phi_a1
             derphi_a0 = derphi_a1
-            phi_a1, g_a1, derphi_a1 = trial(xk, pk, args, alpha1)
+            phi_a1, g_a1, derphi_a1 = trial(xk, pk, args, alpha1, x)
         # Like scipy, accept the last expansion step once the bracketing budget is spent.
         return True, alpha1, phi_a1, g_a1
 

@@ -59,7 +59,7 @@ from gpubackend.solvers.trust_exact import make_trust_exact
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 3
+SOLVER_CACHE_VERSION = 6
 
 
 # (op type, native solver) -> (problem adapter, solver factory). A vector
@@ -67,7 +67,7 @@ SOLVER_CACHE_VERSION = 3
 # (the ops deriving from `ScipyScalarWrapperOp`) is
 # ``make(fun)(args, x0, interval, settings) -> (x, converged)``; ``settings``
 # is the method's typed scipy settings (`gpubackend.scipy_options.settings`).
-_SOLVERS: dict[tuple[type, str], tuple[Callable, Callable]] = {
+NATIVE_SOLVERS: dict[tuple[type, str], tuple[Callable, Callable]] = {
     (MinimizeOp, "bfgs"): (problem.value_and_gradient, make_bfgs),
     (MinimizeOp, "l-bfgs-b"): (problem.value_and_gradient, make_projected_lbfgs),
     (MinimizeOp, "newton-cg"): (problem.value_gradient_and_hessian, make_newton_cg),
@@ -155,7 +155,7 @@ def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | N
         op.fgraph, fgraph_name=f"numba_{type(op).__name__.lower()}_inner", ofg_memo=kwargs.get("ofg_memo")
     )
     x_type = op.inner_inputs[0].type
-    adapter, make_solver = _SOLVERS[(type(op), plan.solver)]
+    adapter, make_solver = NATIVE_SOLVERS[(type(op), plan.solver)]
     if isinstance(op, ScipyScalarWrapperOp):
         fun = adapter(inner, problem.scalar_to_inner(x_type.dtype))
         run = _scalar_runner(make_solver(fun), plan.settings, x_type.dtype)

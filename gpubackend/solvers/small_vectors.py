@@ -1,0 +1,56 @@
+"""Reductions over short float64 vectors as plain loops.
+
+``np.dot`` and ``np.linalg.norm`` go through BLAS in Numba, whose per-call
+overhead dwarfs the arithmetic on the few elements an optimize op works on.
+"""
+
+import numpy as np
+
+from gpubackend.solvers.jit import solver_njit
+
+
+@solver_njit
+def dot(a, b) -> float:
+    total = 0.0
+    for i in range(a.shape[0]):
+        total += a[i] * b[i]
+    return total
+
+
+@solver_njit
+def max_abs(a) -> float:
+    """Infinity norm; 0 for an empty vector, NaN if any element is NaN (as ``np.max(np.abs(a))``)."""
+    largest = 0.0
+    for i in range(a.shape[0]):
+        value = abs(a[i])
+        if np.isnan(value):
+            return value
+        largest = max(largest, value)
+    return largest
+
+
+@solver_njit
+def norm(a) -> float:
+    """Euclidean norm; rescaled by the largest element only where squaring over- or underflows (as BLAS ``nrm2``)."""
+    total = dot(a, a)
+    if 1e-280 < total < 1e280:
+        return np.sqrt(total)
+    scale = max_abs(a)
+    if scale == 0.0 or not np.isfinite(scale):
+        return scale
+    total = 0.0
+    for i in range(a.shape[0]):
+        scaled = a[i] / scale
+        total += scaled * scaled
+    return scale * np.sqrt(total)
+
+
+@solver_njit
+def matvec(a, v):
+    """``a @ v`` for a matrix ``a`` (a transposed view too)."""
+    out = np.zeros(a.shape[0])
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            out[i] += a[i, j] * v[j]
+    return out
+
