@@ -160,11 +160,14 @@ def _climb(run_at: Callable[[int], GraphRun], capacities: Sequence[int], with_co
     code = result.error_code if result.error_code is not None or not with_code else jnp.int32(0)
     if len(capacities) == 1:
         return GraphRun(result.outputs, code, False)
-    outputs, code = jax.lax.cond(
-        result.overflow,
-        lambda: tuple(_climb(run_at, capacities[1:], with_code)[:2]),
-        lambda: (result.outputs, code),
-    )
+
+    # Rematerialised: differentiated by JAX, a cond keeps the residuals of both branches, zeros for the
+    # one not taken; a higher rung's residuals would be buffers of its room. Remat keeps only its inputs.
+    @jax.checkpoint
+    def higher_rung():
+        return tuple(_climb(run_at, capacities[1:], with_code)[:2])
+
+    outputs, code = jax.lax.cond(result.overflow, higher_rung, lambda: (result.outputs, code))
     return GraphRun(outputs, code, False)
 
 

@@ -14,14 +14,16 @@ entries of the graph's own buffer are read, so XLA drops the allocation of
 its full size.
 
 Where JAX may differentiate the lowered graph (`LoweringContext.jax_differentiable`),
-the loop is Equinox's bounded while loop, which ``jax.grad`` (also under
-``pmap``) and ``jax.jvp`` support; elsewhere it is ``lax.while_loop``, which
-exits as soon as it stops.
+the loop is a bounded loop of nested scans (`_reverse_differentiable_loop`),
+which ``jax.grad`` (also under ``vmap`` and ``pmap``) and ``jax.jvp`` support;
+elsewhere it is ``lax.while_loop``, which exits as soon as it stops.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import chain
 from typing import Any, NamedTuple
 
@@ -167,28 +169,36 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, 
             return going & (step < capacity) if limited else going
 
         def body(carry):
-            step, _, mit_mot_bufs, bufs, nit_bufs, untraced_values = carry
-            mit_mot_outs, tap_outs, nit_outs, untraced_outs, stop = step_outputs(step, mit_mot_bufs, bufs, untraced_values)
+            # Every write is masked by whether the loop goes on, so that under vmap a batch member that
+            # has stopped keeps its state while the others step (the reverse-differentiable loop runs
+            # the body for every member while any goes on); elsewhere the mask is always true.
+            going = keep_going(carry)
+            step, stop, mit_mot_bufs, bufs, nit_bufs, untraced_values = carry
+            mit_mot_outs, tap_outs, nit_outs, untraced_outs, new_stop = step_outputs(step, mit_mot_bufs, bufs, untraced_values)
             mit_mot_bufs = [
-                _written_at_taps(buffer, step, out_taps, values)
+                _written_at_taps(buffer, step, out_taps, values, going)
                 for buffer, values, out_taps in zip(mit_mot_bufs, mit_mot_outs, mit_mot_out, strict=True)
             ]
             bufs = [
-                buffer.at[(step + slot) % value_of(size)].set(jnp.asarray(value, buffer.dtype))
+                _written(buffer, (step + slot) % value_of(size), value, going)
                 for buffer, value, slot, size in zip(bufs, tap_outs, slots, tap_sizes, strict=False)
             ]
             nit_bufs = [
-                buffer.at[step % value_of(size)].set(jnp.asarray(value, buffer.dtype))
+                _written(buffer, step % value_of(size), value, going)
                 for buffer, value, size in zip(nit_bufs, nit_outs, nit_sizes_in_loop, strict=True)
             ]
-            return step + 1, jnp.asarray(stop, bool), mit_mot_bufs, bufs, nit_bufs, _like(untraced_outs, untraced_values)
+            untraced_values = jax.tree.map(partial(jnp.where, going), _like(untraced_outs, untraced_values), untraced_values)
+            stop = jnp.where(going, jnp.asarray(new_stop, bool), stop)
+            return step + going.astype(step.dtype), stop, mit_mot_bufs, bufs, nit_bufs, untraced_values
 
         step_dtype = jnp.asarray(n_steps).dtype
         init = (jnp.asarray(0, step_dtype), jnp.asarray(False), mit_mot_buffers, tap_buffers, nit_buffers, untraced)
         max_steps = int(limit) if np.isfinite(limit) else None
-        steps_taken, stopped, mit_mot_final, tap_final, nit_final, untraced_final = _while_loop(
-            keep_going, body, init, max_steps if jax_differentiable else None
-        )
+        if jax_differentiable and max_steps is not None:
+            final = _reverse_differentiable_loop(keep_going, body, init, max_steps)
+        else:
+            final = jax.lax.while_loop(keep_going, body, init)
+        steps_taken, stopped, mit_mot_final, tap_final, nit_final, untraced_final = final
         overflow = (steps_taken >= capacity) & (steps_taken < n_steps) & ~stopped if limited else False
         fewest = min(1.0, n_low) if info.as_while else n_low
         sizes = [*tap_sizes, *nit_sizes_in_loop]
@@ -199,27 +209,54 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, 
     return run
 
 
-def _written_at_taps(buffer: jax.Array, step, taps: Sequence[int], values: Sequence) -> jax.Array:
-    # One scalar-indexed write per tap is a dynamic-update-slice, which XLA does in place in a loop.
+def _written(buffer: jax.Array, position, value, going) -> jax.Array:
+    """``buffer`` with ``value`` at ``position`` where the loop goes on (a dynamic-update-slice, in place in a loop)."""
+    value = jnp.asarray(value, buffer.dtype)
+    return buffer.at[position].set(jnp.where(going, value, buffer[position]))
+
+
+def _written_at_taps(buffer: jax.Array, step, taps: Sequence[int], values: Sequence, going) -> jax.Array:
     for tap, value in zip(taps, values, strict=True):
-        buffer = buffer.at[step + tap].set(jnp.asarray(value, buffer.dtype))
+        buffer = _written(buffer, step + tap, value, going)
     return buffer
 
 
-def _while_loop(keep_going: Callable, body: Callable, init, max_steps: int | None):
-    """``lax.while_loop``, differentiable by JAX in both modes when the step bound is known while tracing.
+_LOOP_BASE = 16
 
-    PyMC's JAX samplers take ``jax.grad`` of the lowered graph, which a plain
-    ``lax.while_loop`` does not support. Equinox's bounded loop does, in both
-    modes; its checkpointed loop fails under ``jax.pmap`` of ``jax.grad``
-    (numpyro's default chain method) with "Closure-converted function called
-    with different dynamic arguments".
+
+def _reverse_differentiable_loop(keep_going: Callable, body: Callable, init, max_steps: int):
+    """A while loop ``jax.grad`` can differentiate: Equinox's bounded loop, without its batch check.
+
+    PyMC's JAX samplers take ``jax.grad`` of the lowered graph, which
+    ``lax.while_loop`` does not support. As Equinox's ``bounded_while_loop``,
+    this nests scans of `_LOOP_BASE` steps, each skipped by ``lax.cond`` once
+    the loop has stopped (so skipping costs a few conds per level), and
+    checkpoints all levels but the lowest (so the reverse pass stores a few
+    states per level). ``keep_going`` must bound the steps (here: by the room
+    the loop was given, which `interpreter`'s capacity ladder keeps near the
+    steps taken). Under ``vmap`` the conds skip once every batch member has
+    stopped, and ``body`` leaves a stopped member unchanged. Equinox's own loop
+    checks at run time that its predicate is not batched, which numpyro's
+    vectorized chains break through a while-Scan over a sequence ("Nonconstant
+    batch"), so the nesting is written here.
     """
-    if max_steps is None:
-        return jax.lax.while_loop(keep_going, body, init)
     import equinox.internal as eqxi  # equinox loads with the first while-Scan, not with gpubackend
 
-    return eqxi.while_loop(keep_going, body, init, max_steps=max(int(max_steps), 1), kind="bounded")
+    def any_going(carry):
+        return eqxi.unvmap_any(keep_going(carry))
+
+    def level(carry, steps: int):
+        if steps == 1:
+            return body(carry)
+
+        def step_or_skip(value, _):
+            return jax.lax.cond(any_going(value), lambda going: level(going, steps // _LOOP_BASE), lambda stopped: stopped, value), None
+
+        if steps != _LOOP_BASE:
+            step_or_skip = jax.checkpoint(step_or_skip, prevent_cse=False)
+        return jax.lax.scan(step_or_skip, carry, length=_LOOP_BASE)[0]
+
+    return level(init, _LOOP_BASE ** max(1, math.ceil(math.log(max(max_steps, 2), _LOOP_BASE))))
 
 
 def is_static(*values) -> bool:
