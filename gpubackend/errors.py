@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 class DataDependentLengthError(NotImplementedError):
-    """A while-Scan output whose length would depend on the number of steps taken, in a linker that cannot specialise on it."""
+    """A length that depends on the data (a while-Scan's trace, a boolean mask's selection) where JAX needs it while tracing."""
 
 
 class ObjectModeFallbackWarning(UserWarning):

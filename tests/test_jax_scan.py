@@ -14,6 +14,7 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.compile.builders import OpFromGraph
 from pytensor.conditional.op import ifelse
+from pytensor.raise_op import CheckAndRaise
 from pytensor.scan.utils import until
 
 from gpubackend import DataDependentLengthError
@@ -183,3 +184,50 @@ def test_second_order_scan_gradient_compiles_without_aborting_xla(mode):
         [sys.executable, "-c", SECOND_ORDER_SCAN_GRADIENT.format(mode=mode)], capture_output=True, text=True, timeout=300
     )
     assert child.returncode == 0, child.stderr[-2000:]
+
+
+class NotConverged(RuntimeError):
+    """The error a graph's own check raises (as PyMC's TruncationCheck raises TruncationError)."""
+
+
+def _checked_newton(max_steps: int):
+    """Newton's sqrt stopped after at most ``max_steps``, checked for convergence as PyMC checks truncation."""
+    x0, a = pt.vector("x0"), pt.vector("a")
+    xs = _newton_sqrt(x0, a, n_steps=max_steps)
+    converged = pt.all(pt.abs(xs[-1] ** 2 - a) < 1e-8)
+    return [x0, a], CheckAndRaise(NotConverged, "did not converge")(xs[-1], converged)
+
+
+@pytest.mark.parametrize("mode", ["JAX_GPU", "JAX"])
+def test_a_check_on_the_data_after_a_while_scan_runs_at_run_time(mode):
+    """Stock JAX drops data checks while tracing; a graph with a while-Scan (which stock refuses whole) keeps them."""
+    inputs, checked = _checked_newton(3)
+    fn = pytensor.function(inputs, checked, mode=mode)
+    reference = pytensor.function(inputs, checked, mode="FAST_COMPILE")
+    near, far = [np.full(3, 1.0), np.full(3, 1.21)], [np.full(3, 1.0), np.full(3, 400.0)]
+    np.testing.assert_allclose(np.asarray(fn(*near)), reference(*near))
+    with pytest.raises(NotConverged):
+        reference(*far)
+    if mode == "JAX_GPU":
+        # JAX_GPU owns the call: the error read back is the op's own.
+        with pytest.raises(NotConverged, match="did not converge"):
+            fn(*far)
+    else:
+        # A stock linker does not own the call: the check runs inside the computation.
+        with pytest.raises(Exception, match="NotConverged: did not converge"):
+            np.asarray(fn(*far))
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_boolean_mask_from_the_data_in_a_while_scan_is_refused_by_name(mode):
+    """PyMC's rejection sampling writes ``x[reject] = draw[reject]``: a data-dependent selection JAX cannot trace."""
+    x0, limit = pt.vector("x0"), pt.scalar("limit")
+
+    def redraw_small(x, limit):
+        small = x < limit
+        return pt.set_subtensor(x[small], 2 * x[small]), until(pt.all(~small))
+
+    xs = _scan(redraw_small, outputs_info=[x0], non_sequences=[limit], n_steps=20)
+    fn = pytensor.function([x0, limit], xs[-1], mode=mode)
+    with pytest.raises(DataDependentLengthError, match="boolean mask known only at run time.*pt.where"):
+        fn(np.linspace(0.5, 2.0, 4), 3.0)

@@ -312,6 +312,31 @@ def test_check_and_raise() -> None:
     compare_drawn("CheckAndRaise", assert_graphs(), 12)
 
 
+# --- Advanced indexing ----------------------------------------------------------------------------
+
+MASKS: dict[str, Callable] = {
+    "integer positions": lambda x: pt.constant([0, 2, 3]),
+    "constant mask": lambda x: pt.constant([True, False, True, True]),
+    "mask from the data": lambda x: x > 0.4,
+}
+
+
+@st.composite
+def advanced_indexing_graphs(draw: st.DrawFn):
+    """Reads and writes through an index array or a boolean mask; one from the data has no JAX shape."""
+    x = pt.vector("x")
+    index = MASKS[draw(st.sampled_from(sorted(MASKS)))](x)
+    if draw(st.booleans()):
+        out = x[index] * 2
+    else:
+        out = pt.set_subtensor(x[index], -x[index]) if draw(st.booleans()) else pt.inc_subtensor(x[index], 1.0)
+    return DrawnGraph([x], [out], [np.linspace(0, 1, 4)])
+
+
+def test_advanced_indexing() -> None:
+    compare_drawn("AdvancedSubtensor/AdvancedIncSubtensor", advanced_indexing_graphs(), 16)
+
+
 # --- Scan and OpFromGraph ------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""JAX lowering of IncSubtensor that writes a whole array without a scatter.
+"""JAX lowerings of IncSubtensor that writes a whole array without a scatter, and of boolean masks known only at run time.
 
 An update whose slices cover every entry of ``x`` (``x[:] += y``, or a slice
 whose bounds `fgraph` has made concrete and equal to the length) is an
@@ -10,6 +10,12 @@ check "Invalid binary instruction opcode map" in
 produce exactly that pattern (``IncSubtensor{:stop}`` then ``[::-1]``) once
 the stop is a concrete length, so second-order Scan gradients killed the
 process. Every other update goes to the stock lowering unchanged.
+
+Advanced indexing with a boolean mask known only at run time selects as many
+entries as the mask has True ones, a data-dependent shape that ``jax.jit``
+cannot trace (JAX raises ``NonConcreteBooleanIndexError``). It is refused with
+`DataDependentLengthError` naming the op and what to write instead;
+everything the stock lowering does otherwise is unchanged.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from pytensor.tensor.subtensor import IncSubtensor, indices_from_subtensor
+from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor, IncSubtensor, indices_from_subtensor
 
 from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
+from gpubackend.errors import DataDependentLengthError
 
 
 def _covers_whole_axis(index, length: int) -> bool:
@@ -48,3 +55,28 @@ def jax_funcify_IncSubtensor(op: IncSubtensor, node, **kwargs) -> Callable:
         return (update if op.set_instead_of_inc else x + update).astype(jnp.result_type(x))
 
     return inc_subtensor
+
+
+class BooleanMaskLengthError(DataDependentLengthError, jax.errors.NonConcreteBooleanIndexError):
+    """A boolean mask known only at run time: gpubackend's refusal, still the error stock JAX raises there."""
+
+    def __init__(self, op):
+        Exception.__init__(
+            self,
+            f"{op}: a boolean mask known only at run time selects a data-dependent number of entries, a shape "
+            "jax.jit cannot trace. Keep the shape: pt.where(mask, new, x) instead of "
+            "pt.set_subtensor(x[mask], new[mask]), and pt.where(mask, x, 0).sum() instead of x[mask].sum().",
+        )
+
+
+@replaces(AdvancedSubtensor, AdvancedIncSubtensor)
+def jax_funcify_AdvancedSubtensor(op, node, **kwargs) -> Callable:
+    stock = jax_gpu_funcify.stock(type(op))(op, node=node, **kwargs)
+
+    def advanced_indexing(*inputs):
+        try:
+            return stock(*inputs)
+        except jax.errors.NonConcreteBooleanIndexError as error:
+            raise BooleanMaskLengthError(op) from error
+
+    return advanced_indexing

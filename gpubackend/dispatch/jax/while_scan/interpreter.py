@@ -55,7 +55,7 @@ def _plain_outputs(plan: BoundedPlan, node: Apply, fn: Callable, arguments: list
         return fn(*arguments)
     except (TypeError, jax.errors.ConcretizationTypeError) as error:
         if node in plan.sizing and any(is_traced(value) for value in arguments):
-            raise unbounded_step_count(plan.while_scans[0].op, node) from error
+            raise unbounded_step_count((plan.while_scans or (node,))[0].op, node) from error
         raise
 
 
@@ -66,7 +66,18 @@ def _rule_outputs(plan: BoundedPlan, node: Apply, lowering, arguments: list, cap
     except DataDependentLengthError:
         raise
     except NotImplementedError as error:
-        raise unbounded_step_count(plan.while_scans[0].op, node) from error
+        raise unbounded_step_count((plan.while_scans or (node,))[0].op, node) from error
+
+
+def _fresh_values(constants: dict[Variable, Any], variables: Sequence[Variable], inputs: Sequence) -> dict[Variable, Any]:
+    """The graph's values before a run, in containers of their own.
+
+    PyTensor's random variables write their new key into the generator's dict,
+    and a graph runs several times while traced (the ladder's rungs, the probe
+    of each): each run mutates its own dicts, never the next run's.
+    """
+    values = {**constants, **dict(zip(variables, inputs, strict=True))}
+    return {variable: jax.tree.map(lambda leaf: leaf, value) for variable, value in values.items()}
 
 
 def _either(overflow, other):
@@ -92,7 +103,7 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
     run_time = [output in plan.run_time_lengths for output in fgraph.outputs]
 
     def run(inputs: Sequence, capacity: int | None) -> GraphRun:
-        values: dict[Variable, Any] = {**constants, **dict(zip(fgraph.inputs, inputs, strict=True))}
+        values = _fresh_values(constants, fgraph.inputs, inputs)
         oks: list = []
         overflow: Any = False
         for node in order:
@@ -179,7 +190,7 @@ def step_counted_graph(fgraph, order: Sequence[Apply], plan: ExactLengthsNeeded,
 
     def graph(assumed_steps: tuple[int | None, ...], *inputs):
         assumed: Mapping[Apply, int | None] = dict(zip(plan.nodes, assumed_steps, strict=True))
-        values: dict[Variable, Any] = {**constants, **dict(zip(fgraph.inputs, inputs, strict=True))}
+        values = _fresh_values(constants, fgraph.inputs, inputs)
         counts = []
         for node in order:
             arguments = [values[value] for value in node.inputs]

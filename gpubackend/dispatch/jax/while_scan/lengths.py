@@ -17,6 +17,7 @@ from collections.abc import Callable
 import jax.numpy as jnp
 import numpy as np
 import pytensor.scalar as ps
+from pytensor.graph.basic import Constant
 from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.basic import ARange, MakeVector, ScalarFromTensor, TensorFromScalar
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
@@ -222,25 +223,35 @@ def integer_dimshuffle(op: DimShuffle, node, **kwargs) -> BoundedLowering:
     return BoundedLowering(dimshuffle, ("int",))
 
 
+def checks_data_at_run_time(op: CheckAndRaise) -> bool:
+    """Whether gpubackend lowers ``op``: not so where a library registered its own lowering (PyMC's pass-through Assert)."""
+    return jax_gpu_funcify.lowering_for(type(op)) is jax_gpu_funcify.lowering_for(CheckAndRaise)
+
+
 @bounded_jax_funcify.register(CheckAndRaise)
 def _check_and_raise(op: CheckAndRaise, node, input_kinds, **kwargs) -> BoundedLowering:
-    """Conditions computed from run-time lengths are checked at run time; others are left to the stock lowering.
+    """Conditions only the run settles are checked at run time, raising the op's own error.
 
-    PyTensor's stock JAX lowering skips every condition it cannot evaluate while
-    tracing. A condition on a trace's length is one the reference checks and
-    that the trace's bounds may not settle, so it becomes a run-time check
-    raising the op's own error.
+    PyTensor's stock JAX lowering skips every condition it cannot evaluate
+    while tracing. In a graph with a while-Scan, which stock JAX refuses
+    whole, the reference's checks stand: a condition on a trace's length
+    always, and one on the data where gpubackend lowers the op (a library
+    that registered its own lowering, as PyMC does for ``Assert``, keeps it).
     """
     check = jax_gpu_funcify(op, node=node, **kwargs)
-    on_lengths = [position for position, kind in enumerate(input_kinds[1:], start=1) if kind == "int"]
-    checks = tuple(RuntimeCheck(op.exc_type, op.msg) for _ in on_lengths)
+    checks_data = checks_data_at_run_time(op)
+    checked_positions = [
+        position
+        for position, (kind, condition) in enumerate(zip(input_kinds[1:], node.inputs[1:], strict=True), start=1)
+        if kind == "int" or (checks_data and not isinstance(condition, Constant))
+    ]
+    checks = tuple(RuntimeCheck(op.exc_type, op.msg) for _ in checked_positions)
 
     def checked(x, *conditions):
-        plain = [value_of(condition) for condition in conditions]
-        check(x.buffer if isinstance(x, Bounded) else value_of(x), *plain)
+        check(x.buffer if isinstance(x, Bounded) else value_of(x), *(value_of(condition) for condition in conditions))
         oks = [
             True if holds_always(conditions[position - 1]) else jnp.all(value_of(conditions[position - 1]))
-            for position in on_lengths
+            for position in checked_positions
         ]
         return NodeResult(x, tuple(oks))
 

@@ -19,9 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pytensor.graph.basic import Apply, Variable
+from pytensor.raise_op import CheckAndRaise
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.while_scan.checks import RuntimeCheck
+from gpubackend.dispatch.jax.while_scan.lengths import checks_data_at_run_time
 from gpubackend.dispatch.jax.while_scan.loop import possibly_trimmed_traces
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.values import Kind
@@ -64,16 +66,25 @@ class ExactLengthsNeeded:
     reason: str
 
 
+def _run_time_checks(order: Sequence[Apply]) -> set[Apply]:
+    """In a graph with a while-Scan (which stock JAX refuses whole), the checks gpubackend lowers, to run at run time."""
+    if not any(isinstance(node.op, Scan) and node.op.info.as_while for node in order):
+        return set()
+    return {node for node in order if isinstance(node.op, CheckAndRaise) and checks_data_at_run_time(node.op)}
+
+
 def plan_graph(fgraph, order: Sequence[Apply], **kwargs) -> BoundedPlan | ExactLengthsNeeded | None:
-    """None when no while-Scan trace of the graph (whose nodes, in order, are ``order``) may be trimmed."""
+    """None when no while-Scan trace of the graph (whose nodes, in order, are ``order``) may be trimmed, and no check
+    of a graph with a while-Scan needs the run."""
     trimmed = trimmed_while_scans(order)
-    if not trimmed:
+    checked = _run_time_checks(order)
+    if not trimmed and not checked:
         return None
     kinds: dict[Variable, Kind] = {}
     lowerings: dict[Apply, BoundedLowering] = {}
     for node in order:
         input_kinds = tuple(kinds.get(value) for value in node.inputs)
-        if node not in trimmed and not any(input_kinds):
+        if node not in trimmed and node not in checked and not any(input_kinds):
             continue
         try:
             lowering = bounded_jax_funcify(node.op, node, input_kinds, **kwargs)
