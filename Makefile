@@ -12,10 +12,9 @@ export XLA_FLAGS ?= --xla_force_host_platform_device_count=2
 WORKERS ?= auto
 REPORTS ?= reports
 # The while-Scan differential run of each CI leg (README, "While-Scan differential fuzzer"): how many
-# generated graphs, and --while-report-only while the lowering is being fixed (WHILE_FLAGS= makes a
-# failing verdict fail the leg).
+# generated graphs; a failing verdict fails the leg (WHILE_FLAGS=--while-report-only only reports it).
 WHILE_GRAPHS ?= 18
-WHILE_FLAGS ?= --while-report-only
+WHILE_FLAGS ?=
 
 .PHONY: venv run test bench conformance ci-legs clean
 

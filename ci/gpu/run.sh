@@ -13,8 +13,8 @@
 #                                the very same session: the same simulated devices and target)
 #
 # The conformance run includes the while-Scan differential run of the JAX paths on the leg's device:
-# $WHILE_GRAPHS generated graphs (default 18), with $WHILE_FLAGS (default --while-report-only, which keeps
-# its failing verdicts out of the exit status while the lowering is being fixed; set it empty to fail on them).
+# $WHILE_GRAPHS generated graphs (default 18), whose failing verdicts fail the leg unless $WHILE_FLAGS holds
+# --while-report-only.
 #
 # Reports land in $REPORTS (default reports/gpu, or reports/gpu-simulated).
 set -euo pipefail
@@ -98,7 +98,7 @@ fi
 device="$GPUBACKEND_DEVICE"
 # shellcheck disable=SC2086  # WHILE_FLAGS holds zero or more flags
 "$py" -m gpubackend conformance --backend jax --device "$device" --label "$label" --out "$reports" \
-  --generated-while "${WHILE_GRAPHS:-18}" --while-modes jax jax-registered jaxified ${WHILE_FLAGS---while-report-only}
+  --generated-while "${WHILE_GRAPHS:-18}" --while-modes jax jax-registered jaxified ${WHILE_FLAGS:-}
 
 gpu_count=$("$py" -c 'import jax
 try:
