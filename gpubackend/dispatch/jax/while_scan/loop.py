@@ -34,7 +34,7 @@ from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.lowering_context import lowering_context
 from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
-from gpubackend.dispatch.jax.while_scan.values import as_bounded, as_bounded_int, bounds_of, is_traced, value_of
+from gpubackend.dispatch.jax.while_scan.values import as_bounded, as_bounded_int, bounds_of, is_traced, known_value, value_of
 
 
 class Trace(NamedTuple):
@@ -137,12 +137,18 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, 
                     limited = True
         limit = min(n_high, capacity) if limited else n_high
 
+
+        def wrapped(position, size, slot: int):
+            """A ring buffer's position; a buffer with room for every step never wraps, and needs no remainder."""
+            known = known_value(size)
+            return position if known is not None and known >= limit + slot else position % value_of(size)
+
         def inner_inputs(step, mit_mot_buffers, buffers, untraced_values):
             mit_mot_taps = chain.from_iterable(
                 (buffer[step + tap] for tap in in_taps) for buffer, in_taps in zip(mit_mot_buffers, mit_mot_in, strict=True)
             )
             tap_values = chain.from_iterable(
-                (buffer[(step + slot + tap) % value_of(size)] for tap in in_taps)
+                (buffer[wrapped(step + slot + tap, size, slot)] for tap in in_taps)
                 for buffer, in_taps, slot, size in zip(buffers, tap_slices, slots, tap_sizes, strict=False)
             )
             return (*(seq[step] for seq in seqs), *mit_mot_taps, *tap_values, *untraced_values, *non_seqs)
@@ -168,11 +174,14 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, 
             going = (step < n_steps) & ~stop
             return going & (step < capacity) if limited else going
 
+        max_steps = int(limit) if np.isfinite(limit) else None
+        reverse_differentiable = jax_differentiable and max_steps is not None
+
         def body(carry):
-            # Every write is masked by whether the loop goes on, so that under vmap a batch member that
-            # has stopped keeps its state while the others step (the reverse-differentiable loop runs
-            # the body for every member while any goes on); elsewhere the mask is always true.
-            going = keep_going(carry)
+            # The reverse-differentiable loop runs the body for every batch member while any goes on
+            # (under vmap), so there every write is masked and a member that has stopped keeps its state.
+            # lax.while_loop runs it only while the loop goes on: no mask.
+            going = keep_going(carry) if reverse_differentiable else True
             step, stop, mit_mot_bufs, bufs, nit_bufs, untraced_values = carry
             mit_mot_outs, tap_outs, nit_outs, untraced_outs, new_stop = step_outputs(step, mit_mot_bufs, bufs, untraced_values)
             mit_mot_bufs = [
@@ -180,21 +189,22 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, 
                 for buffer, values, out_taps in zip(mit_mot_bufs, mit_mot_outs, mit_mot_out, strict=True)
             ]
             bufs = [
-                _written(buffer, (step + slot) % value_of(size), value, going)
+                _written(buffer, wrapped(step + slot, size, slot), value, going)
                 for buffer, value, slot, size in zip(bufs, tap_outs, slots, tap_sizes, strict=False)
             ]
             nit_bufs = [
-                _written(buffer, step % value_of(size), value, going)
+                _written(buffer, wrapped(step, size, 0), value, going)
                 for buffer, value, size in zip(nit_bufs, nit_outs, nit_sizes_in_loop, strict=True)
             ]
-            untraced_values = jax.tree.map(partial(jnp.where, going), _like(untraced_outs, untraced_values), untraced_values)
-            stop = jnp.where(going, jnp.asarray(new_stop, bool), stop)
-            return step + going.astype(step.dtype), stop, mit_mot_bufs, bufs, nit_bufs, untraced_values
+            untraced_values = _like(untraced_outs, untraced_values)
+            if going is not True:
+                untraced_values = jax.tree.map(partial(jnp.where, going), untraced_values, carry[5])
+            stop = jnp.asarray(new_stop, bool) if going is True else jnp.where(going, jnp.asarray(new_stop, bool), stop)
+            return step + jnp.asarray(going, step.dtype), stop, mit_mot_bufs, bufs, nit_bufs, untraced_values
 
         step_dtype = jnp.asarray(n_steps).dtype
         init = (jnp.asarray(0, step_dtype), jnp.asarray(False), mit_mot_buffers, tap_buffers, nit_buffers, untraced)
-        max_steps = int(limit) if np.isfinite(limit) else None
-        if jax_differentiable and max_steps is not None:
+        if reverse_differentiable:
             final = _reverse_differentiable_loop(keep_going, body, init, max_steps)
         else:
             final = jax.lax.while_loop(keep_going, body, init)
@@ -212,7 +222,7 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, 
 def _written(buffer: jax.Array, position, value, going) -> jax.Array:
     """``buffer`` with ``value`` at ``position`` where the loop goes on (a dynamic-update-slice, in place in a loop)."""
     value = jnp.asarray(value, buffer.dtype)
-    return buffer.at[position].set(jnp.where(going, value, buffer[position]))
+    return buffer.at[position].set(value if going is True else jnp.where(going, value, buffer[position]))
 
 
 def _written_at_taps(buffer: jax.Array, step, taps: Sequence[int], values: Sequence, going) -> jax.Array:
