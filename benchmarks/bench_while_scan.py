@@ -9,6 +9,13 @@ derivative along (the floor), with the ratios the goals name: the cost at
 bound 10,000 over the cost at bound 10 (goal: at most 1.5 on every path) and
 JAX_GPU over NUMBA (goal: at most 2), and the host reads per JAX_GPU call.
 
+**A sampler's view.** The convergent Kalman filter of tests/pymc_models.py
+(a while-Scan until the covariance settles, then a for-Scan): median time of
+one logp+gradient call (PyMC's ``logp_dlogp_function``) under JAX_GPU and
+NUMBA while the parameters jump between points whose step counts differ, as a
+sampler's do (goal: JAX_GPU at most 2× NUMBA), and how many XLA compiles the
+calls after the first make (goal: none).
+
 **Return against ready.** A 400-wide while-Scan (``x <- tanh(W x) + b`` until it settles, at most 100
 steps). JAX dispatches asynchronously, so a call that makes no host read
 returns long before its result is ready; a call that reads a step count back
@@ -24,7 +31,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 os.environ.setdefault("GPUBACKEND_DEVICE", "cpu:1")
@@ -155,6 +164,34 @@ def bound_sweep(device, repeat: int) -> None:
     print("JAX_GPU host reads per call by bound: " + ", ".join(f"{bound}: {reads[bound]}" for bound in SWEEP_BOUNDS))
 
 
+def kalman_walk(repeat: int) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.pymc_models import CASES
+    from tests.test_kalman import WALK, backend_compiles, riccati_settling_steps, value_point
+
+    rng = np.random.default_rng(0)
+    order = rng.integers(0, len(WALK), 30 * repeat)
+    table = Table(title=f"convergent Kalman filter, logp+gradient per call over {len(order)} calls, "
+                  f"{len({riccati_settling_steps(*WALK[i]) for i in order})} distinct step counts")
+    for column in ("mode", "median per call", "/ NUMBA (goal <= 2)", "compiles after the first call (goal 0)"):
+        table.add_column(column)
+    medians = {}
+    for mode in ("NUMBA", "JAX_GPU"):
+        model = CASES["kalman_convergent"].build()
+        points = [np.concatenate([np.ravel(v) for v in value_point(model, sigmas).values()]) for sigmas in WALK]
+        logp_dlogp = model.logp_dlogp_function(ravel_inputs=True, mode=mode)
+        logp_dlogp(points[order[0]])
+        times = []
+        with backend_compiles() as compiled:
+            for index in order[1:]:
+                started = time.perf_counter()
+                jax.block_until_ready(logp_dlogp(points[index]))
+                times.append(time.perf_counter() - started)
+        medians[mode] = statistics.median(times)
+        table.add_row(mode, format_seconds(medians[mode]), f"{medians[mode] / medians['NUMBA']:.2f}", str(len(compiled)))
+    Console(width=160).print(table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=30)
@@ -163,6 +200,7 @@ def main() -> None:
     repeat = 7 if args.quick else args.repeat
     device = gpubackend.resolve_device()
     bound_sweep(device, repeat)
+    kalman_walk(repeat)
     rng = np.random.default_rng(0)
     values = [rng.normal(size=WIDTH), 0.1 * rng.normal(size=WIDTH), 0.5 * rng.normal(size=(WIDTH, WIDTH)) / np.sqrt(WIDTH)]
     resident = [jax.device_put(value, device) for value in values]

@@ -21,14 +21,13 @@ Nothing is shared between calls but the last counts seen (replaced whole).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
 
 from gpubackend.dispatch.jax.while_scan.checks import RuntimeCheck, raise_failure
-from gpubackend.dispatch.jax.while_scan.values import Bounded
 
 
 class HostReads(NamedTuple):
