@@ -134,7 +134,7 @@ class JAXGPULinker(DispatchingJAXLinker):
 
     def lowering_context(self) -> LoweringContext:
         # The jitted graph serves PyTensor's calls only: JAX never differentiates it.
-        return LoweringContext(reads_on_host=True, jax_differentiable=False)
+        return LoweringContext(reads_on_host=True, jax_differentiable=False, split_ladder=self.placement.platform == "cpu")
 
     def create_thunk_inputs(self, storage_map):
         from gpubackend.device_inputs import ResidentSharedCell
@@ -164,15 +164,24 @@ class JAXGPULinker(DispatchingJAXLinker):
         from gpubackend.dispatch.jax.while_scan.host import HostReadingFunction
 
         # The top graph is a `HostReadingGraph`: ``fn(step_counts, *inputs)``, step counts static.
-        # A graph specialised on step counts may run twice on the same inputs: it donates nothing.
-        donated = () if fn.n_specialised else set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs)
-        jitted = jax.jit(
-            fn.fn,
-            static_argnums=(0, *(position + 1 for position in self.scalar_shape_inputs)),
-            donate_argnums=sorted(position + 1 for position in donated),
-            out_shardings=self.placement.output_sharding,
+        # A graph specialised on step counts may run twice on the same inputs: it donates nothing;
+        # one run as two computations donates in the second, which the first hands three values.
+        updated = set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs)
+        static = tuple(position + 1 for position in self.scalar_shape_inputs)
+        sharding = self.placement.output_sharding
+        if fn.continuation is None:
+            donated = () if fn.n_specialised else sorted(position + 1 for position in updated)
+            return HostReadingFunction(
+                jax.jit(fn.fn, static_argnums=(0, *static), donate_argnums=donated, out_shardings=sharding), fn
+            )
+        first = jax.jit(fn.fn, static_argnums=(0, *static))
+        rest = jax.jit(
+            fn.continuation,
+            static_argnums=tuple(position + 2 for position in static),
+            donate_argnums=sorted(position + 3 for position in updated),
+            out_shardings=sharding,
         )
-        return HostReadingFunction(jitted, fn)
+        return HostReadingFunction(first, fn, rest)
 
     def __repr__(self) -> str:
         if self.devices_spec is not None:

@@ -47,11 +47,13 @@ class Placement:
     split_axes: tuple[int | None, ...]
     output_sharding: Sharding | None
     description: str
+    platform: str
+    """The devices' platform ("cpu", "gpu")."""
 
     @classmethod
     def on_device(cls, device: jax.Device, n_inputs: int) -> Placement:
         sharding = SingleDeviceSharding(device)
-        return cls((sharding,) * n_inputs, (None,) * n_inputs, sharding, str(device))
+        return cls((sharding,) * n_inputs, (None,) * n_inputs, sharding, str(device), device.platform)
 
     @classmethod
     def on_mesh(cls, devices: Sequence[jax.Device], shard: ShardSpec, inputs: Sequence[Variable]) -> Placement:
@@ -69,7 +71,7 @@ class Placement:
                 check_divisible(static_shape, axis, sharding(axis), f"{input_label(inputs[position].name, position)} (static shape)")
         description = f"a mesh of {len(devices)} devices ({', '.join(str(d) for d in devices)})"
         # Outputs keep whatever sharding XLA propagates to them.
-        return cls(tuple(sharding(axis) for axis in split_axes), split_axes, None, description)
+        return cls(tuple(sharding(axis) for axis in split_axes), split_axes, None, description, devices[0].platform)
 
 
 def _split_axis_by_input(shard: ShardSpec, inputs: Sequence[Variable]) -> dict[int, int]:

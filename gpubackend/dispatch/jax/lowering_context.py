@@ -26,6 +26,11 @@ class LoweringContext:
     nested: bool = False
     """The graph being lowered is the inner graph of another op."""
 
+    split_ladder: bool = False
+    """A while-Scan graph's capacity ladder runs as two computations, the first rung and the rest
+    (`while_scan.interpreter.LadderedGraph`): JAX_GPU on the CPU, where XLA maps large temporaries
+    afresh on every call."""
+
     jax_differentiable: bool = True
     """JAX may differentiate the lowered function. JAX_GPU's never is: PyTensor's gradients are graphs of their own."""
 
@@ -34,7 +39,7 @@ class LoweringContext:
 
     def for_inner_graphs(self) -> LoweringContext:
         """The context of the graphs inside this one: same function, same cache, nothing read back."""
-        return replace(self, reads_on_host=False, nested=True)
+        return replace(self, reads_on_host=False, nested=True, split_ladder=False)
 
 
 def lowering_context(kwargs: dict[str, Any]) -> LoweringContext:

@@ -56,18 +56,26 @@ def lowered_while_scan_graph(
     if context.reads_on_host:
         positions = tuple(position for position, output in enumerate(fgraph.outputs) if output in plan.run_time_lengths)
 
-        def reading(step_counts: tuple, *inputs):
-            outputs, error_code, _ = graph(*inputs)
+        def returned(outputs: list, error_code) -> tuple[list, HostReads]:
             lengths = tuple(outputs[position].length.value for position in positions)
             buffers = [value.buffer if isinstance(value, Bounded) else value for value in outputs]
             return typed(buffers), HostReads(lengths, error_code)
 
-        return HostReadingGraph(reading, plan.checks, positions)
+        if not context.split_ladder:
+            return HostReadingGraph(lambda step_counts, *inputs: returned(*graph.whole(*inputs)[:2]), plan.checks, positions)
+
+        def first_rung(step_counts: tuple, *inputs):
+            return tuple(graph.first(*inputs))
+
+        def higher_rungs(outputs, error_code, overflow, *inputs):
+            return returned(*graph.rest(outputs, error_code, overflow, *inputs))
+
+        return HostReadingGraph(first_rung, plan.checks, positions, continuation=higher_rungs)
     if plan.run_time_lengths:
         raise run_time_length_output(plan.while_scans[0].op, plan.run_time_lengths[0], context)
 
     def checked(*inputs):
-        outputs, error_code, _ = graph(*inputs)
+        outputs, error_code, _ = graph.whole(*inputs)
         return typed(raise_in_graph(outputs, error_code, plan.checks))
 
     return checked

@@ -8,6 +8,9 @@ calls the jitted function and:
 
 - returns at once when there is nothing to read (``HostReads`` empty: every
   output of static shape, every check proven), so the call stays asynchronous;
+- runs it as two computations where the linker asks for that
+  (`LoweringContext.split_ladder`), dispatched one after the other with no
+  read between them;
 - otherwise reads everything in one ``jax.device_get``: the lengths of the
   outputs of run-time length (each is then cut to its length on the device),
   the error code of the run-time checks (raising the reference's error type),
@@ -54,6 +57,9 @@ class HostReadingGraph:
     """Positions of the outputs returned at the size of their buffer, to cut to the lengths read."""
     n_specialised: int = 0
     """While-Scans specialised on their step counts (a call may then run twice, so it donates nothing)."""
+    continuation: Callable | None = None
+    """Where the graph runs as two computations (`interpreter.LadderedGraph`): ``fn`` returns what
+    ``continuation(*that, *inputs) -> (outputs, HostReads)`` takes. Only the second may donate."""
 
     def __call__(self, step_counts: tuple, *inputs):
         return self.fn(step_counts, *inputs)
@@ -62,8 +68,9 @@ class HostReadingGraph:
 class HostReadingFunction:
     """Call a jitted `HostReadingGraph`, reading what it returns for the host at most once per run."""
 
-    def __init__(self, jitted: Callable, graph: HostReadingGraph):
+    def __init__(self, jitted: Callable, graph: HostReadingGraph, jitted_continuation: Callable | None = None):
         self._jitted = jitted
+        self._continuation = jitted_continuation
         self._checks = graph.checks
         self._cut = graph.run_time_lengths
         self._step_counts: tuple[int | None, ...] = (None,) * graph.n_specialised
@@ -76,7 +83,10 @@ class HostReadingFunction:
     def __call__(self, *args):
         step_counts = self._step_counts
         for _ in range(len(step_counts) + 2):
-            outputs, reads = self._jitted(step_counts, *args)
+            if self._continuation is None:
+                outputs, reads = self._jitted(step_counts, *args)
+            else:
+                outputs, reads = self._continuation(*self._jitted(step_counts, *args), *args)
             if reads.empty():
                 return outputs
             lengths, error_code, counts = jax.device_get((reads.lengths, reads.error_code, reads.step_counts))

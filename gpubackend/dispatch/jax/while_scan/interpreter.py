@@ -96,8 +96,26 @@ def _as_output(value, run_time_length: bool, static_length: int | None):
     return value
 
 
-def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn: Callable[[Apply], Callable], constant) -> Callable:
-    """``graph(*inputs) -> GraphRun``: the plan's graph, at the capacity the ladder settles on."""
+class LadderedGraph(NamedTuple):
+    """A bounded graph as one computation (`whole`), or as its first rung and the rest (`first`, then `rest`).
+
+    On the CPU, XLA maps a computation's temporaries afresh on every call once
+    they are large: the higher rungs' buffers, sized for the bound, would make
+    the first rung's fault in its pages on every call. Run apart, the first rung
+    keeps small temporaries, and the rest maps the large ones without touching
+    them unless the first rung overflows.
+    """
+
+    whole: Callable
+    """``whole(*inputs) -> GraphRun``."""
+    first: Callable
+    """``first(*inputs) -> GraphRun``: the first rung, its overflow flag traced."""
+    rest: Callable
+    """``rest(outputs, error_code, overflow, *inputs) -> (outputs, error_code)``: the higher rungs, if it overflowed."""
+
+
+def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn: Callable[[Apply], Callable], constant) -> LadderedGraph:
+    """The plan's graph, at the capacity the ladder settles on."""
     plain_fns = {node: default_fn(node) for node in order if node not in plan.lowerings}
     constants = _constants(fgraph, order, constant)
     run_time = [output in plan.run_time_lengths for output in fgraph.outputs]
@@ -130,7 +148,10 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
 
     if plan.run_time_lengths:
         # Outputs of run-time length are returned at the size of their buffers: one rung, at the bound.
-        return lambda *inputs: run(inputs, None)
+        def at_the_bound(*inputs) -> GraphRun:
+            return run(inputs, None)
+
+        return LadderedGraph(at_the_bound, at_the_bound, _unchanged)
 
     def laddered(*inputs) -> GraphRun:
         def run_at(capacity: int) -> GraphRun:
@@ -138,7 +159,33 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
 
         return _climb(run_at, *_rungs(run_at))
 
-    return laddered
+    def first_rung(*inputs) -> GraphRun:
+        def run_at(capacity: int) -> GraphRun:
+            return run(inputs, capacity)
+
+        capacities, with_code = _rungs(run_at)
+        result = run_at(capacities[0])
+        return GraphRun(result.outputs, _settled_code(result.error_code, with_code), jnp.asarray(result.overflow))
+
+    def higher_rungs(outputs, error_code, overflow, *inputs):
+        def run_at(capacity: int) -> GraphRun:
+            return run(inputs, capacity)
+
+        capacities, with_code = _rungs(run_at)
+        if len(capacities) == 1:
+            return outputs, error_code
+        return jax.lax.cond(overflow, lambda: tuple(_climb(run_at, capacities[1:], with_code)[:2]), lambda: (outputs, error_code))
+
+    return LadderedGraph(laddered, first_rung, higher_rungs)
+
+
+def _unchanged(outputs, error_code, overflow, *inputs):
+    return outputs, error_code
+
+
+def _settled_code(error_code, with_code: bool):
+    """A rung's error code in the structure every rung shares: an int32 where any rung has checks left."""
+    return error_code if error_code is not None or not with_code else jnp.int32(0)
 
 
 def _rungs(run_at: Callable[[int], GraphRun]) -> tuple[list[int], bool]:
@@ -168,7 +215,7 @@ def _rungs(run_at: Callable[[int], GraphRun]) -> tuple[list[int], bool]:
 def _climb(run_at: Callable[[int], GraphRun], capacities: Sequence[int], with_code: bool) -> GraphRun:
     """The first rung that does not overflow; each higher one computed only when the one below overflows."""
     result = run_at(capacities[0])
-    code = result.error_code if result.error_code is not None or not with_code else jnp.int32(0)
+    code = _settled_code(result.error_code, with_code)
     if len(capacities) == 1:
         return GraphRun(result.outputs, code, False)
 
