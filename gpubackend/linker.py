@@ -161,27 +161,27 @@ class JAXGPULinker(DispatchingJAXLinker):
     def jit_compile(self, fn):
         import jax
 
-        from gpubackend.dispatch.jax.while_scan.host import HostReadingFunction
+        from gpubackend.dispatch.jax.while_scan.host import HostReadingFunction, SplitLadder
 
         # The top graph is a `HostReadingGraph`: ``fn(step_counts, *inputs)``, step counts static.
-        # A graph specialised on step counts may run twice on the same inputs: it donates nothing;
-        # one run as two computations donates in the second, which the first hands three values.
+        # A graph specialised on step counts may run twice on the same inputs: it donates nothing.
         updated = set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs)
         static = tuple(position + 1 for position in self.scalar_shape_inputs)
-        sharding = self.placement.output_sharding
+        donated = () if fn.n_specialised else tuple(sorted(position + 1 for position in updated))
+
+        def jitted(graph_fn, donate_argnums=()):
+            return jax.jit(graph_fn, static_argnums=(0, *static), donate_argnums=donate_argnums, out_shardings=self.placement.output_sharding)
+
         if fn.continuation is None:
-            donated = () if fn.n_specialised else sorted(position + 1 for position in updated)
-            return HostReadingFunction(
-                jax.jit(fn.fn, static_argnums=(0, *static), donate_argnums=donated, out_shardings=sharding), fn
-            )
-        first = jax.jit(fn.fn, static_argnums=(0, *static))
-        rest = jax.jit(
+            return HostReadingFunction(jitted(fn.fn, donated), fn)
+        # The continuation takes (outputs, reads, overflow, *inputs) and donates what the graph would.
+        higher = jax.jit(
             fn.continuation,
             static_argnums=tuple(position + 2 for position in static),
-            donate_argnums=sorted(position + 3 for position in updated),
-            out_shardings=sharding,
+            donate_argnums=tuple(position + 2 for position in donated),
+            out_shardings=self.placement.output_sharding,
         )
-        return HostReadingFunction(first, fn, rest)
+        return HostReadingFunction(SplitLadder(jitted(fn.fn), jitted(fn.fn, donated), higher), fn)
 
     def __repr__(self) -> str:
         if self.devices_spec is not None:

@@ -280,3 +280,25 @@ def test_bounded_traces_match_pytensor_through_their_consumers(family, mode):
         assert not specialised_on_step_counts(fn), f"{name}: expected no step specialisation"
         for values in cases:
             np.testing.assert_allclose(np.asarray(fn(*values)), reference(*values), rtol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("mode", ["JAX", "JAX_GPU"])
+def test_the_capacity_ladder_climbs_as_far_as_the_loop_needs(mode):
+    """Each rung of room (16, 256, 4096 steps, then the bound) is reached by a call that needs it, with exact results.
+
+    Under JAX_GPU on the CPU the rungs above 256 are a second computation, run only when the first overflows.
+    """
+    x0, limit = pt.scalar("x0"), pt.scalar("limit")
+
+    def count(x, limit):
+        new_x = x + 1
+        return new_x, until(new_x > limit)
+
+    xs = pytensor.scan(count, outputs_info=[x0], non_sequences=[limit], n_steps=5000, return_updates=False)
+    outputs = [xs.sum(), xs[:-1].mean(), pytensor.grad((xs**2).sum(), x0)]
+    fn = pytensor.function([x0, limit], outputs, mode=mode)
+    reference = pytensor.function([x0, limit], outputs, mode="FAST_COMPILE")
+    for steps in (3, 16, 17, 200, 256, 257, 3000, 4097, 4999, 5000):
+        got, want = fn(0.0, steps - 0.5), reference(0.0, steps - 0.5)
+        for value, expected in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(value), expected, rtol=1e-12, err_msg=f"{steps} steps")

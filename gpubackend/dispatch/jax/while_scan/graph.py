@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import jax
 from pytensor.graph.basic import Apply
 
 from gpubackend.dispatch.jax.lowering_context import LoweringContext
@@ -64,13 +65,14 @@ def lowered_while_scan_graph(
         if not context.split_ladder:
             return HostReadingGraph(lambda step_counts, *inputs: returned(*graph.whole(*inputs)[:2]), plan.checks, positions)
 
-        def first_rung(step_counts: tuple, *inputs):
-            return tuple(graph.first(*inputs))
+        def lower_rungs(step_counts: tuple, *inputs):
+            outputs, error_code, overflow = graph.lower(*inputs)
+            return (*returned(outputs, error_code), overflow)
 
-        def higher_rungs(outputs, error_code, overflow, *inputs):
-            return returned(*graph.rest(outputs, error_code, overflow, *inputs))
+        def higher_rungs(outputs: list, reads: HostReads, overflow, *inputs):
+            return jax.lax.cond(overflow, lambda: returned(*graph.higher(*inputs)[:2]), lambda: (outputs, reads))
 
-        return HostReadingGraph(first_rung, plan.checks, positions, continuation=higher_rungs)
+        return HostReadingGraph(lower_rungs, plan.checks, positions, continuation=higher_rungs)
     if plan.run_time_lengths:
         raise run_time_length_output(plan.while_scans[0].op, plan.run_time_lengths[0], context)
 

@@ -19,7 +19,8 @@ calls the jitted function and:
   they match (chained while-Scans settle one per run), so a wrong-length answer
   is never returned.
 
-Nothing is shared between calls but the last counts seen (replaced whole).
+Nothing is shared between calls but the last counts seen, and which input
+signatures need no continuation (each replaced whole).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 
 from gpubackend.dispatch.jax.while_scan.checks import RuntimeCheck, raise_failure
 
@@ -58,19 +60,56 @@ class HostReadingGraph:
     n_specialised: int = 0
     """While-Scans specialised on their step counts (a call may then run twice, so it donates nothing)."""
     continuation: Callable | None = None
-    """Where the graph runs as two computations (`interpreter.LadderedGraph`): ``fn`` returns what
-    ``continuation(*that, *inputs) -> (outputs, HostReads)`` takes. Only the second may donate."""
+    """Where the graph runs as two computations (`interpreter.LadderedGraph`): ``fn`` returns
+    ``(outputs, HostReads, overflow)``, and where ``overflow`` is not None,
+    ``continuation(outputs, reads, overflow, *inputs) -> (outputs, HostReads)`` finishes. Only the second donates."""
 
     def __call__(self, step_counts: tuple, *inputs):
         return self.fn(step_counts, *inputs)
 
 
-class HostReadingFunction:
-    """Call a jitted `HostReadingGraph`, reading what it returns for the host at most once per run."""
+class SplitLadder:
+    """A `HostReadingGraph` with a continuation, jitted: the lower rungs, then the higher ones only on overflow.
 
-    def __init__(self, jitted: Callable, graph: HostReadingGraph, jitted_continuation: Callable | None = None):
-        self._jitted = jitted
-        self._continuation = jitted_continuation
+    Both need the call's inputs, so the lower rungs donate nothing while a
+    continuation may follow. A graph whose ladder has no higher rung (for the
+    inputs' shapes and static values) is learnt on its first call and from
+    then on runs alone, donating the buffers of updated shared variables.
+    """
+
+    def __init__(self, lower: Callable, lower_donating: Callable, higher: Callable):
+        self._lower = lower
+        self._lower_donating = lower_donating
+        self._higher = higher
+        self._alone: frozenset = frozenset()
+        """Signatures whose ladder has no higher rung (replaced whole, never mutated)."""
+
+    def __call__(self, step_counts: tuple, *args):
+        signature = (step_counts, *(_signature(arg) for arg in args))
+        if signature in self._alone:
+            outputs, reads, _ = self._lower_donating(step_counts, *args)
+            return outputs, reads
+        outputs, reads, overflow = self._lower(step_counts, *args)
+        if overflow is None:
+            self._alone = self._alone | {signature}
+            return outputs, reads
+        return self._higher(outputs, reads, overflow, *args)
+
+
+def _signature(value):
+    """What a jitted function's compile depends on: shape and dtype of arrays, the value of static scalars."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return value.shape, str(value.dtype)
+    if isinstance(value, int | float | bool | np.generic):
+        return value
+    return repr(jax.tree.map(lambda leaf: (np.shape(leaf), np.result_type(leaf).str), value))
+
+
+class HostReadingFunction:
+    """Call a jitted `HostReadingGraph` (or its `SplitLadder`), reading what it returns for the host at most once per run."""
+
+    def __init__(self, run: Callable, graph: HostReadingGraph):
+        self._run = run
         self._checks = graph.checks
         self._cut = graph.run_time_lengths
         self._step_counts: tuple[int | None, ...] = (None,) * graph.n_specialised
@@ -83,10 +122,7 @@ class HostReadingFunction:
     def __call__(self, *args):
         step_counts = self._step_counts
         for _ in range(len(step_counts) + 2):
-            if self._continuation is None:
-                outputs, reads = self._jitted(step_counts, *args)
-            else:
-                outputs, reads = self._continuation(*self._jitted(step_counts, *args), *args)
+            outputs, reads = self._run(step_counts, *args)
             if reads.empty():
                 return outputs
             lengths, error_code, counts = jax.device_get((reads.lengths, reads.error_code, reads.step_counts))

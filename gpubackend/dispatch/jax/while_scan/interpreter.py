@@ -33,6 +33,8 @@ from gpubackend.errors import DataDependentLengthError
 
 FIRST_CAPACITY = 16
 CAPACITY_GROWTH = 16
+SPLIT_CAPACITY = FIRST_CAPACITY * CAPACITY_GROWTH
+"""Where a ladder run as two computations splits (`LadderedGraph`): rungs with more room go to the second."""
 
 
 class GraphRun(NamedTuple):
@@ -97,21 +99,21 @@ def _as_output(value, run_time_length: bool, static_length: int | None):
 
 
 class LadderedGraph(NamedTuple):
-    """A bounded graph as one computation (`whole`), or as its first rung and the rest (`first`, then `rest`).
+    """A bounded graph as one computation (`whole`), or as its lower rungs and the rest (`lower`, then `higher`).
 
     On the CPU, XLA maps a computation's temporaries afresh on every call once
     they are large: the higher rungs' buffers, sized for the bound, would make
-    the first rung's fault in its pages on every call. Run apart, the first rung
-    keeps small temporaries, and the rest maps the large ones without touching
-    them unless the first rung overflows.
+    the lower rungs fault in their pages on every call. Run apart, the lower
+    rungs keep small temporaries, and the higher ones are computed (and their
+    buffers mapped) only when the lower ones overflow.
     """
 
     whole: Callable
     """``whole(*inputs) -> GraphRun``."""
-    first: Callable
-    """``first(*inputs) -> GraphRun``: the first rung, its overflow flag traced."""
-    rest: Callable
-    """``rest(outputs, error_code, overflow, *inputs) -> (outputs, error_code)``: the higher rungs, if it overflowed."""
+    lower: Callable
+    """``lower(*inputs) -> GraphRun``: the rungs up to `SPLIT_CAPACITY`; its overflow None where there is no other."""
+    higher: Callable
+    """``higher(*inputs) -> GraphRun``: the rungs above `SPLIT_CAPACITY`."""
 
 
 def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn: Callable[[Apply], Callable], constant) -> LadderedGraph:
@@ -149,43 +151,29 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
     if plan.run_time_lengths:
         # Outputs of run-time length are returned at the size of their buffers: one rung, at the bound.
         def at_the_bound(*inputs) -> GraphRun:
-            return run(inputs, None)
+            result = run(inputs, None)
+            return GraphRun(result.outputs, result.error_code, None)
 
-        return LadderedGraph(at_the_bound, at_the_bound, _unchanged)
+        return LadderedGraph(at_the_bound, at_the_bound, at_the_bound)
 
-    def laddered(*inputs) -> GraphRun:
-        def run_at(capacity: int) -> GraphRun:
-            return run(inputs, capacity)
+    def climbing(select: Callable[[list[int]], list[int]]) -> Callable:
+        def rungs_selected(*inputs) -> GraphRun:
+            def run_at(capacity: int) -> GraphRun:
+                return run(inputs, capacity)
 
-        return _climb(run_at, *_rungs(run_at))
+            capacities, with_code = _rungs(run_at)
+            selected = select(capacities)
+            return _climb(run_at, selected, with_code, terminal=selected[-1] == capacities[-1])
 
-    def first_rung(*inputs) -> GraphRun:
-        def run_at(capacity: int) -> GraphRun:
-            return run(inputs, capacity)
+        return rungs_selected
 
-        capacities, with_code = _rungs(run_at)
-        result = run_at(capacities[0])
-        return GraphRun(result.outputs, _settled_code(result.error_code, with_code), jnp.asarray(result.overflow))
+    def lower_rungs(capacities: list[int]) -> list[int]:
+        return [capacity for capacity in capacities if capacity <= SPLIT_CAPACITY] or capacities[:1]
 
-    def higher_rungs(outputs, error_code, overflow, *inputs):
-        def run_at(capacity: int) -> GraphRun:
-            return run(inputs, capacity)
+    def higher_rungs(capacities: list[int]) -> list[int]:
+        return capacities[len(lower_rungs(capacities)) :]
 
-        capacities, with_code = _rungs(run_at)
-        if len(capacities) == 1:
-            return outputs, error_code
-        return jax.lax.cond(overflow, lambda: tuple(_climb(run_at, capacities[1:], with_code)[:2]), lambda: (outputs, error_code))
-
-    return LadderedGraph(laddered, first_rung, higher_rungs)
-
-
-def _unchanged(outputs, error_code, overflow, *inputs):
-    return outputs, error_code
-
-
-def _settled_code(error_code, with_code: bool):
-    """A rung's error code in the structure every rung shares: an int32 where any rung has checks left."""
-    return error_code if error_code is not None or not with_code else jnp.int32(0)
+    return LadderedGraph(climbing(lambda capacities: capacities), climbing(lower_rungs), climbing(higher_rungs))
 
 
 def _rungs(run_at: Callable[[int], GraphRun]) -> tuple[list[int], bool]:
@@ -212,21 +200,32 @@ def _rungs(run_at: Callable[[int], GraphRun]) -> tuple[list[int], bool]:
         capacity *= CAPACITY_GROWTH
 
 
-def _climb(run_at: Callable[[int], GraphRun], capacities: Sequence[int], with_code: bool) -> GraphRun:
-    """The first rung that does not overflow; each higher one computed only when the one below overflows."""
+def _climb(run_at: Callable[[int], GraphRun], capacities: Sequence[int], with_code: bool, terminal: bool) -> GraphRun:
+    """The first of ``capacities`` that does not overflow; each higher one computed only when the one below overflows.
+
+    ``terminal``: the last of ``capacities`` has the bound's room, so the
+    result's overflow is None; otherwise it is the last rung's flag.
+    """
     result = run_at(capacities[0])
     code = _settled_code(result.error_code, with_code)
     if len(capacities) == 1:
-        return GraphRun(result.outputs, code, False)
+        return GraphRun(result.outputs, code, None if terminal else jnp.asarray(result.overflow))
 
     # Rematerialised: differentiated by JAX, a cond keeps the residuals of both branches, zeros for the
     # one not taken; a higher rung's residuals would be buffers of its room. Remat keeps only its inputs.
     @jax.checkpoint
     def higher_rung():
-        return tuple(_climb(run_at, capacities[1:], with_code)[:2])
+        return tuple(_climb(run_at, capacities[1:], with_code, terminal))
 
-    outputs, code = jax.lax.cond(result.overflow, higher_rung, lambda: (result.outputs, code))
-    return GraphRun(outputs, code, False)
+    def this_rung():
+        return result.outputs, code, None if terminal else jnp.asarray(False)
+
+    return GraphRun(*jax.lax.cond(result.overflow, higher_rung, this_rung))
+
+
+def _settled_code(error_code, with_code: bool):
+    """A rung's error code in the structure every rung shares: an int32 where any rung has checks left."""
+    return error_code if error_code is not None or not with_code else jnp.int32(0)
 
 
 def step_counted_graph(fgraph, order: Sequence[Apply], plan: ExactLengthsNeeded, default_fn: Callable[[Apply], Callable], constant, **kwargs) -> Callable:
