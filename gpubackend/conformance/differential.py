@@ -336,6 +336,11 @@ def _call_label(spec: WhileGraphSpec, index: int) -> str:
     return f"call {index + 1} ({where} of {spec.loop.bound})"
 
 
+def _raised_inside_as(got: Outcome, expected: Outcome) -> bool:
+    """``got`` is a check inside the computation raising the error ``expected`` raises (paths that do not own the call)."""
+    return bool(got.checked_as) and expected.values is None and got.checked_as == expected.family
+
+
 def _call_verdict(spec: WhileGraphSpec, index: int, got: Outcome, oracles: ReferenceObservation) -> Verdict:
     reference, rewritten, numpy_truth = oracles.reference[index], oracles.rewritten[index], oracles.truth[index]
     expected = numpy_truth or reference
@@ -344,13 +349,13 @@ def _call_verdict(spec: WhileGraphSpec, index: int, got: Outcome, oracles: Refer
         return Verdict(REFUSED, f"{label}: {got.describe()}")
     if same_outcome(got, expected, oracles.dtypes):
         return Verdict(PASS)
-    if got.checked_as and expected.values is None and got.checked_as == expected.family:
+    if _raised_inside_as(got, expected):
         return Verdict(CHECKED, f"{label}: {got.describe()}")
     reference_wrong = numpy_truth is not None and not same_outcome(reference, numpy_truth)
     rewrites_wrong = not same_outcome(rewritten, reference)
     if reference_wrong or rewrites_wrong:
         for name, oracle in (("FAST_COMPILE", reference), ("the FAST_RUN-rewritten graph", rewritten)):
-            if same_outcome(got, oracle, oracles.dtypes):
+            if same_outcome(got, oracle, oracles.dtypes) or _raised_inside_as(got, oracle):
                 hint = UPSTREAM_BUGS.get(upstream_hint(spec), "a PyTensor bug not listed in UPSTREAM_BUGS")
                 return Verdict(UPSTREAM, f"{label}: {got.describe()}, as {name} does; expected "
                                f"{expected.describe()}; upstream: {hint}")

@@ -2,8 +2,8 @@
 
 An op that maps each entry of the leading axis to the same entry of its
 output (elementwise ops, a ``DimShuffle`` that keeps the axis first, a matrix
-product's rows) computes on the whole buffer: entries past the length stay
-meaningless. PyTensor never broadcasts at run time, so operands of the same
+product's rows), or to the entries after it (a cumulative sum), computes on the
+whole buffer: entries past the length stay meaningless. PyTensor never broadcasts at run time, so operands of the same
 rank must have the same length, a run-time check unless the bounds prove it.
 A reduction over the leading axis masks the entries past the length with the
 value that leaves the reduction unchanged in the input's own dtype (the
@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytensor.scalar as ps
 from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
+from pytensor.tensor.extra_ops import CumOp
 from pytensor.tensor.math import Argmax, Dot
 
 from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
@@ -156,6 +157,16 @@ def _argmax(op: Argmax, node, input_kinds, **kwargs) -> BoundedLowering:
         return NodeResult(fn(jnp.where(valid_rows(x), x.buffer, fill)), (_has_an_entry(x),))
 
     return BoundedLowering(argmax_of_meaningful_entries, (None,), (RuntimeCheck(ValueError, "attempt to get argmax of an empty sequence"),))
+
+
+@bounded_jax_funcify.register(CumOp)
+def _cumulative(op: CumOp, node, input_kinds, **kwargs) -> BoundedLowering:
+    """A cumulative sum or product down the trace: each entry depends only on those before it, never on the padding."""
+    ndim = node.inputs[0].type.ndim
+    if not (op.axis == 0 or (op.axis is None and ndim == 1)):
+        raise NotImplementedError(f"{op}: accumulating across the axis whose length is known only at run time")
+    fn = jax_gpu_funcify(op, node=node, **kwargs)
+    return BoundedLowering(lambda x: Bounded(fn(x.buffer), x.length), ("array",))
 
 
 @bounded_jax_funcify.register(Dot)

@@ -51,13 +51,13 @@ def _constants(fgraph, order: Sequence[Apply], constant: Callable[[Constant], An
     return values
 
 
-def _plain_outputs(plan: BoundedPlan, node: Apply, fn: Callable, arguments: list):
+def _plain_outputs(sizing: frozenset[Apply], while_scans: Sequence[Apply], node: Apply, fn: Callable, arguments: list):
     """A node with its ordinary lowering; one that sizes a while-Scan from the data is refused by name."""
     try:
         return fn(*arguments)
     except (TypeError, jax.errors.ConcretizationTypeError) as error:
-        if node in plan.sizing and any(is_traced(value) for value in arguments):
-            raise unbounded_step_count((plan.while_scans or (node,))[0].op, node) from error
+        if node in sizing and any(is_traced(value) for value in arguments):
+            raise unbounded_step_count((*while_scans, node)[0].op, node) from error
         raise
 
 
@@ -130,7 +130,7 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
             arguments = [values[value] for value in node.inputs]
             lowering = plan.lowerings.get(node)
             if lowering is None:
-                outputs = _plain_outputs(plan, node, plain_fns[node], arguments)
+                outputs = _plain_outputs(plan.sizing, plan.while_scans, node, plain_fns[node], arguments)
             else:
                 result = _rule_outputs(plan, node, lowering, arguments, capacity)
                 if isinstance(result, NodeResult):
@@ -231,6 +231,7 @@ def _settled_code(error_code, with_code: bool):
 def step_counted_graph(fgraph, order: Sequence[Apply], plan: ExactLengthsNeeded, default_fn: Callable[[Apply], Callable], constant, **kwargs) -> Callable:
     """``graph(assumed_steps, *inputs) -> (outputs, ((steps_taken, matched), ...))``, one pair per while-Scan of the plan."""
     specialised = {node: specialised_scan(node.op, node, **kwargs) for node in plan.nodes}
+    sizing = plan.sizing
     fns = {node: specialised.get(node) or default_fn(node) for node in order}
     constants = _constants(fgraph, order, constant)
 
@@ -244,7 +245,7 @@ def step_counted_graph(fgraph, order: Sequence[Apply], plan: ExactLengthsNeeded,
                 outputs, taken, matched = fns[node](*arguments, assumed_steps=assumed[node])
                 counts.append((taken, matched))
             else:
-                outputs = fns[node](*arguments)
+                outputs = _plain_outputs(sizing, plan.nodes, node, fns[node], arguments)
             values.update(zip(node.outputs, [outputs] if len(node.outputs) == 1 else outputs, strict=True))
         return [values[output] for output in fgraph.outputs], tuple(counts)
 

@@ -65,6 +65,10 @@ class ExactLengthsNeeded:
 
     reason: str
 
+    @property
+    def sizing(self) -> frozenset[Apply]:
+        return _sizing_nodes(self.nodes)
+
 
 def _run_time_checks(order: Sequence[Apply]) -> set[Apply]:
     """In a graph with a while-Scan (which stock JAX refuses whole), the checks gpubackend lowers, to run at run time."""
