@@ -52,6 +52,9 @@ class NodeResult(NamedTuple):
     overflow: Any = False
     """A while-Scan that stopped because its buffers were full (a traced boolean), False where it cannot."""
 
+    state: Any = None
+    """What a while-Scan that overflowed continues from with more room (its `loop.LoopResult`)."""
+
 
 def first_failure(oks: Sequence) -> Any:
     """0 when every condition holds, else 1 + the index of the first that fails; None when all are proven."""

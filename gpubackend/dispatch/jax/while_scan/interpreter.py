@@ -2,14 +2,15 @@
 
 `bounded_graph` runs the nodes of a `BoundedPlan` with their length-aware
 lowerings (the others with their ordinary ones), folds the rules' run-time
-conditions into one error code, and climbs a ladder of capacities: the
-while-Scans first get room for `FIRST_CAPACITY` steps, and only a call whose
-loop runs out of room computes again, inside ``lax.cond``, with
-`CAPACITY_GROWTH` times more, up to the bound. A loop that stops after a few
-steps thus costs a few steps however generous its bound, in the loop, in the
-buffers and in every op after it (a gradient's backward Scan), and no length
-leaves the device. Under ``vmap`` a ``lax.cond`` computes both branches, so
-there a call costs every rung up to the bound.
+conditions into one error code, and climbs a ladder of capacities at each
+while-Scan: the loop first gets room for `FIRST_CAPACITY` steps; only when it
+runs out of room does it resume, inside ``lax.cond``, where it stopped with
+`CAPACITY_GROWTH` times more, up to the bound, and the rest of the graph then
+runs at that room. A loop that stops after a few steps thus costs a few steps
+however generous its bound, in the loop, in the buffers and in every op after
+it (a gradient's backward Scan); no step is taken twice, and no length leaves
+the device. Under ``vmap`` a ``lax.cond`` computes both branches, so there a
+call costs every rung up to the bound.
 
 `step_counted_graph` runs an `ExactLengthsNeeded` graph with the traces cut
 to assumed step counts, and returns the counts taken (JAX_GPU only).
@@ -18,6 +19,7 @@ to assumed step counts, and returns the counts taken (JAX_GPU only).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -61,10 +63,12 @@ def _plain_outputs(sizing: frozenset[Apply], while_scans: Sequence[Apply], node:
         raise
 
 
-def _rule_outputs(plan: BoundedPlan, node: Apply, lowering, arguments: list, capacity: int | None):
+def _rule_outputs(plan: BoundedPlan, node: Apply, lowering, arguments: list, capacity: int | None, resume):
     """A node with its length rule; a size the rule finds unbounded while tracing is refused by name."""
     try:
-        return lowering.fn(*arguments, capacity=capacity) if lowering.capacity_limited else lowering.fn(*arguments)
+        if lowering.capacity_limited:
+            return lowering.fn(*arguments, capacity=capacity, resume=resume)
+        return lowering.fn(*arguments)
     except DataDependentLengthError:
         raise
     except NotImplementedError as error:
@@ -78,8 +82,7 @@ def _fresh_values(constants: dict[Variable, Any], variables: Sequence[Variable],
     and a graph runs several times while traced (the ladder's rungs, the probe
     of each): each run mutates its own dicts, never the next run's.
     """
-    values = {**constants, **dict(zip(variables, inputs, strict=True))}
-    return {variable: jax.tree.map(lambda leaf: leaf, value) for variable, value in values.items()}
+    return _fresh({**constants, **dict(zip(variables, inputs, strict=True))})
 
 
 def _either(overflow, other):
@@ -116,56 +119,91 @@ class LadderedGraph(NamedTuple):
     """``higher(*inputs) -> GraphRun``: the rungs above `SPLIT_CAPACITY`."""
 
 
+class Climb(NamedTuple):
+    """How a run climbs the ladder: the rungs it may climb, and the structure every branch of it returns."""
+
+    rungs: Sequence[int]
+    with_code: bool
+    """Some rung has a check left: every branch returns an error code."""
+    terminal: bool
+    """The last rung has the bound's room: the result's overflow is None; otherwise the last rung's flag."""
+
+    def settled(self, run: GraphRun) -> GraphRun:
+        overflow = None if self.terminal else jnp.asarray(run.overflow)
+        return GraphRun(run.outputs, _settled_code(run.error_code, self.with_code), overflow)
+
+
 def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn: Callable[[Apply], Callable], constant) -> LadderedGraph:
-    """The plan's graph, at the capacity the ladder settles on."""
+    """The plan's graph, climbing the ladder at each while-Scan: with more room, the loop resumes where it stopped."""
     plain_fns = {node: default_fn(node) for node in order if node not in plan.lowerings}
     constants = _constants(fgraph, order, constant)
     run_time = [output in plan.run_time_lengths for output in fgraph.outputs]
 
-    def run(inputs: Sequence, capacity: int | None) -> GraphRun:
-        values = _fresh_values(constants, fgraph.inputs, inputs)
-        oks: list = []
-        overflow: Any = False
-        for node in order:
+    def interpret(values: dict, start: int, oks: list, overflow: Any, climb: Climb | None, capacity: int | None) -> GraphRun:
+        """The nodes from ``start`` on; a Scan climbs ``climb`` (None: every Scan gets ``capacity``)."""
+        for index in range(start, len(order)):
+            node = order[index]
             arguments = [values[value] for value in node.inputs]
             lowering = plan.lowerings.get(node)
             if lowering is None:
                 outputs = _plain_outputs(plan.sizing, plan.while_scans, node, plain_fns[node], arguments)
-            else:
-                result = _rule_outputs(plan, node, lowering, arguments, capacity)
-                if isinstance(result, NodeResult):
-                    result, node_oks, node_overflow = result
-                    oks.extend(node_oks)
-                    overflow = _either(overflow, node_overflow)
-                outputs = [result] if len(node.outputs) == 1 else result
-                outputs = [as_kind(value, kind) for value, kind in zip(outputs, lowering.output_kinds, strict=True)]
-                values.update(zip(node.outputs, outputs, strict=True))
+                values.update(zip(node.outputs, [outputs] if len(node.outputs) == 1 else outputs, strict=True))
                 continue
-            values.update(zip(node.outputs, [outputs] if len(node.outputs) == 1 else outputs, strict=True))
+            if lowering.capacity_limited and climb is not None:
+                return climb_at(index, values, oks, overflow, climb, resume=None)
+            result = _rule_outputs(plan, node, lowering, arguments, capacity, None)
+            oks, overflow = absorb(node, lowering, result, values, oks, overflow)
         results = [
             _as_output(values[output], keep, output.type.shape[0] if getattr(output.type, "ndim", 0) else None)
             for output, keep in zip(fgraph.outputs, run_time, strict=True)
         ]
         return GraphRun(results, first_failure(oks), overflow)
 
+    def climb_at(index: int, values: dict, oks: list, overflow: Any, climb: Climb, resume) -> GraphRun:
+        """The Scan at ``index`` on the first of the climb's rungs, then the rest of the graph, or more room."""
+        node = order[index]
+        lowering = plan.lowerings[node]
+        result = _rule_outputs(plan, node, lowering, [values[value] for value in node.inputs], climb.rungs[0], resume)
+
+        def rest_of_graph() -> GraphRun:
+            own_values = _fresh(values)
+            own_oks, own_overflow = absorb(node, lowering, result, own_values, oks, overflow)
+            return interpret(own_values, index + 1, own_oks, own_overflow, climb, None)
+
+        if result.overflow is False or len(climb.rungs) == 1:
+            return rest_of_graph()
+
+        # Rematerialised: differentiated by JAX, a cond keeps the residuals of both branches, zeros for the
+        # one not taken; a higher rung's residuals would be buffers of its room. Remat keeps only its inputs.
+        # Without prevent_cse, which puts an optimisation barrier around the branch: XLA would then copy the
+        # loop's buffers on every step instead of updating them in place.
+        @partial(jax.checkpoint, prevent_cse=False)
+        def more_room():
+            higher = climb._replace(rungs=climb.rungs[1:])
+            return tuple(climb.settled(climb_at(index, _fresh(values), oks, overflow, higher, resume=result.state)))
+
+        return GraphRun(*jax.lax.cond(result.overflow, more_room, lambda: tuple(climb.settled(rest_of_graph()))))
+
+    def probe(inputs: Sequence, capacity: int | None) -> GraphRun:
+        """Every Scan at one capacity: what the rung's structure is while tracing."""
+        return interpret(_fresh_values(constants, fgraph.inputs, inputs), 0, [], False, None, capacity)
+
     if plan.run_time_lengths:
         # Outputs of run-time length are returned at the size of their buffers: one rung, at the bound.
         def at_the_bound(*inputs) -> GraphRun:
-            result = run(inputs, None)
-            return GraphRun(result.outputs, result.error_code, None)
+            return GraphRun(*probe(inputs, None)[:2], None)
 
         return LadderedGraph(at_the_bound, at_the_bound, at_the_bound)
 
     def climbing(select: Callable[[list[int]], list[int]]) -> Callable:
-        def rungs_selected(*inputs) -> GraphRun:
-            def run_at(capacity: int) -> GraphRun:
-                return run(inputs, capacity)
+        def selected_rungs(*inputs) -> GraphRun:
+            capacities, with_code = _rungs(lambda capacity: probe(inputs, capacity))
+            rungs = select(capacities)
+            climb = Climb(rungs, with_code, terminal=rungs[-1] == capacities[-1])
+            values = _fresh_values(constants, fgraph.inputs, inputs)
+            return climb.settled(interpret(values, 0, [], False, climb, None))
 
-            capacities, with_code = _rungs(run_at)
-            selected = select(capacities)
-            return _climb(run_at, selected, with_code, terminal=selected[-1] == capacities[-1])
-
-        return rungs_selected
+        return selected_rungs
 
     def lower_rungs(capacities: list[int]) -> list[int]:
         return [capacity for capacity in capacities if capacity <= SPLIT_CAPACITY] or capacities[:1]
@@ -174,6 +212,21 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
         return capacities[len(lower_rungs(capacities)) :]
 
     return LadderedGraph(climbing(lambda capacities: capacities), climbing(lower_rungs), climbing(higher_rungs))
+
+
+def absorb(node: Apply, lowering, result, values: dict, oks: list, overflow: Any) -> tuple[list, Any]:
+    """A rule's result into ``values`` (in the kinds the plan declared); the checks and overflow so far."""
+    if isinstance(result, NodeResult):
+        result, node_oks, node_overflow, _ = result
+        oks, overflow = [*oks, *node_oks], _either(overflow, node_overflow)
+    outputs = [result] if len(node.outputs) == 1 else result
+    values.update(zip(node.outputs, (as_kind(value, kind) for value, kind in zip(outputs, lowering.output_kinds, strict=True)), strict=True))
+    return oks, overflow
+
+
+def _fresh(values: dict) -> dict:
+    """``values`` in containers of their own, for a branch that runs nodes (random variables write into their dicts)."""
+    return {variable: jax.tree.map(lambda leaf: leaf, value) for variable, value in values.items()}
 
 
 def _rungs(run_at: Callable[[int], GraphRun]) -> tuple[list[int], bool]:
@@ -198,29 +251,6 @@ def _rungs(run_at: Callable[[int], GraphRun]) -> tuple[list[int], bool]:
         if seen["last"]:
             return capacities, with_code
         capacity *= CAPACITY_GROWTH
-
-
-def _climb(run_at: Callable[[int], GraphRun], capacities: Sequence[int], with_code: bool, terminal: bool) -> GraphRun:
-    """The first of ``capacities`` that does not overflow; each higher one computed only when the one below overflows.
-
-    ``terminal``: the last of ``capacities`` has the bound's room, so the
-    result's overflow is None; otherwise it is the last rung's flag.
-    """
-    result = run_at(capacities[0])
-    code = _settled_code(result.error_code, with_code)
-    if len(capacities) == 1:
-        return GraphRun(result.outputs, code, None if terminal else jnp.asarray(result.overflow))
-
-    # Rematerialised: differentiated by JAX, a cond keeps the residuals of both branches, zeros for the
-    # one not taken; a higher rung's residuals would be buffers of its room. Remat keeps only its inputs.
-    @jax.checkpoint
-    def higher_rung():
-        return tuple(_climb(run_at, capacities[1:], with_code, terminal))
-
-    def this_rung():
-        return result.outputs, code, None if terminal else jnp.asarray(False)
-
-    return GraphRun(*jax.lax.cond(result.overflow, higher_rung, this_rung))
 
 
 def _settled_code(error_code, with_code: bool):

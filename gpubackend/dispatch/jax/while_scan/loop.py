@@ -34,7 +34,15 @@ from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.lowering_context import lowering_context
 from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
-from gpubackend.dispatch.jax.while_scan.values import as_bounded, as_bounded_int, bounds_of, is_traced, known_value, value_of
+from gpubackend.dispatch.jax.while_scan.values import (
+    as_bounded,
+    as_bounded_int,
+    bounds_of,
+    is_traced,
+    known_value,
+    value_of,
+    with_capacity,
+)
 
 
 class Trace(NamedTuple):
@@ -57,6 +65,8 @@ class LoopResult(NamedTuple):
     untraced: list[Any]
     overflow: Any
     """The loop stopped only because a buffer was full (a traced boolean), or False where it cannot."""
+    stopped: Any
+    """The ``until`` condition held at the last step taken."""
 
 
 def traced_slots(op: Scan) -> list[int]:
@@ -97,8 +107,13 @@ def _like(new, old):
     return jax.tree.map(lambda value, previous: jnp.asarray(value, dtype=jnp.asarray(previous).dtype), new, old)
 
 
-def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, int | None], LoopResult]:
-    """The loop of any Scan: ``run(outer_inputs, capacity)``; ``capacity`` None gives the trimmable traces their bound."""
+def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., LoopResult]:
+    """The loop of any Scan: ``run(outer_inputs, capacity, resume=None)``.
+
+    ``capacity`` None gives the trimmable traces their bound. ``resume``, the
+    result of the same loop with less room that overflowed, is continued where
+    it stopped, its buffers grown to this room: no step is taken twice.
+    """
     kwargs.pop("storage_map", None)
     jax_differentiable = lowering_context(kwargs).jax_differentiable
     inner_fn = jax_gpu_funcify(op.fgraph, **kwargs)
@@ -108,7 +123,7 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, 
     n_taps = len(tap_slices)
     mit_mot_in, mit_mot_out = info.normalized_mit_mot_in_slices, info.normalized_mit_mot_out_slices
 
-    def run(outer_inputs: list, capacity: int | None) -> LoopResult:
+    def run(outer_inputs: list, capacity: int | None, resume: LoopResult | None = None) -> LoopResult:
         n_steps = value_of(outer_inputs[0])
         n_low, n_high = (float(bound) for bound in bounds_of(outer_inputs[0]))
         seqs = [as_bounded(seq).buffer for seq in op.outer_seqs(outer_inputs)]
@@ -143,18 +158,26 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, 
             known = known_value(size)
             return position if known is not None and known >= limit + slot else position % value_of(size)
 
-        def inner_inputs(step, mit_mot_buffers, buffers, untraced_values):
-            mit_mot_taps = chain.from_iterable(
-                (buffer[step + tap] for tap in in_taps) for buffer, in_taps in zip(mit_mot_buffers, mit_mot_in, strict=True)
-            )
-            tap_values = chain.from_iterable(
-                (buffer[wrapped(step + slot + tap, size, slot)] for tap in in_taps)
-                for buffer, in_taps, slot, size in zip(buffers, tap_slices, slots, tap_sizes, strict=False)
-            )
-            return (*(seq[step] for seq in seqs), *mit_mot_taps, *tap_values, *untraced_values, *non_seqs)
+        def windows_at(step, buffers) -> list:
+            """The last ``slot`` entries of each tap buffer before ``step``, oldest first."""
+            return [
+                jnp.stack([_entry(buffer, wrapped(step + slot + tap, size, slot)) for tap in range(-slot, 0)])
+                for buffer, slot, size in zip(buffers, slots, tap_sizes, strict=False)
+            ]
 
-        def step_outputs(step, mit_mot_buffers, buffers, untraced_values):
-            outputs = list(inner_fn(*inner_inputs(step, mit_mot_buffers, buffers, untraced_values)))
+        def inner_inputs(step, mit_mot_buffers, windows, untraced_values):
+            mit_mot_taps = chain.from_iterable(
+                (_entry(buffer, step + tap) for tap in in_taps) for buffer, in_taps in zip(mit_mot_buffers, mit_mot_in, strict=True)
+            )
+            # Taps are read from the carried windows, never from the buffers the loop writes: XLA then
+            # updates those in place instead of copying them on every step.
+            tap_values = chain.from_iterable(
+                (window[slot + tap] for tap in in_taps) for window, in_taps, slot in zip(windows, tap_slices, slots, strict=False)
+            )
+            return (*(_entry(seq, step) for seq in seqs), *mit_mot_taps, *tap_values, *untraced_values, *non_seqs)
+
+        def step_outputs(step, mit_mot_buffers, windows, untraced_values):
+            outputs = list(inner_fn(*inner_inputs(step, mit_mot_buffers, windows, untraced_values)))
             stop = outputs[-1] if info.as_while else False
             return (
                 op.inner_mitmot_outs_grouped(outputs),
@@ -166,7 +189,8 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, 
 
         mit_mot_buffers = [buffer.buffer for buffer in mit_mot]
         # PyTensor's random variables write their new key into the generator's dict: trace on a copy of it.
-        nit_specs = jax.eval_shape(lambda: step_outputs(0, mit_mot_buffers, tap_buffers, jax.tree.map(lambda leaf: leaf, untraced))[2])
+        first_windows = windows_at(0, tap_buffers)
+        nit_specs = jax.eval_shape(lambda: step_outputs(0, mit_mot_buffers, first_windows, jax.tree.map(lambda leaf: leaf, untraced))[2])
         nit_buffers = [jnp.zeros((room, *spec.shape), spec.dtype) for room, spec in zip(nit_rooms, nit_specs, strict=True)]
 
         def keep_going(carry):
@@ -182,8 +206,8 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, 
             # (under vmap), so there every write is masked and a member that has stopped keeps its state.
             # lax.while_loop runs it only while the loop goes on: no mask.
             going = keep_going(carry) if reverse_differentiable else True
-            step, stop, mit_mot_bufs, bufs, nit_bufs, untraced_values = carry
-            mit_mot_outs, tap_outs, nit_outs, untraced_outs, new_stop = step_outputs(step, mit_mot_bufs, bufs, untraced_values)
+            step, stop, mit_mot_bufs, bufs, windows, nit_bufs, untraced_values = carry
+            mit_mot_outs, tap_outs, nit_outs, untraced_outs, new_stop = step_outputs(step, mit_mot_bufs, windows, untraced_values)
             mit_mot_bufs = [
                 _written_at_taps(buffer, step, out_taps, values, going)
                 for buffer, values, out_taps in zip(mit_mot_bufs, mit_mot_outs, mit_mot_out, strict=True)
@@ -192,37 +216,66 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[[list, 
                 _written(buffer, wrapped(step + slot, size, slot), value, going)
                 for buffer, value, slot, size in zip(bufs, tap_outs, slots, tap_sizes, strict=False)
             ]
+            windows = [
+                _shifted(window, value, going) for window, value in zip(windows, tap_outs, strict=True)
+            ]
             nit_bufs = [
                 _written(buffer, wrapped(step, size, 0), value, going)
                 for buffer, value, size in zip(nit_bufs, nit_outs, nit_sizes_in_loop, strict=True)
             ]
             untraced_values = _like(untraced_outs, untraced_values)
             if going is not True:
-                untraced_values = jax.tree.map(partial(jnp.where, going), untraced_values, carry[5])
+                untraced_values = jax.tree.map(partial(jnp.where, going), untraced_values, carry[6])
             stop = jnp.asarray(new_stop, bool) if going is True else jnp.where(going, jnp.asarray(new_stop, bool), stop)
-            return step + jnp.asarray(going, step.dtype), stop, mit_mot_bufs, bufs, nit_bufs, untraced_values
+            return step + jnp.asarray(going, step.dtype), stop, mit_mot_bufs, bufs, windows, nit_bufs, untraced_values
 
         step_dtype = jnp.asarray(n_steps).dtype
-        init = (jnp.asarray(0, step_dtype), jnp.asarray(False), mit_mot_buffers, tap_buffers, nit_buffers, untraced)
+        if resume is None:
+            init = (jnp.asarray(0, step_dtype), jnp.asarray(False), mit_mot_buffers, tap_buffers, first_windows, nit_buffers, untraced)
+        else:
+            grown = [
+                with_capacity(trace.buffer, room.shape[0])
+                for trace, room in zip(resume.traces, [*tap_buffers, *nit_buffers], strict=True)
+            ]
+            windows = windows_at(resume.steps_taken, grown[:n_taps])
+            init = (resume.steps_taken, resume.stopped, mit_mot_buffers, grown[:n_taps], windows, grown[n_taps:], resume.untraced)
         if reverse_differentiable:
             final = _reverse_differentiable_loop(keep_going, body, init, max_steps)
         else:
             final = jax.lax.while_loop(keep_going, body, init)
-        steps_taken, stopped, mit_mot_final, tap_final, nit_final, untraced_final = final
+        steps_taken, stopped, mit_mot_final, tap_final, _, nit_final, untraced_final = final
         overflow = (steps_taken >= capacity) & (steps_taken < n_steps) & ~stopped if limited else False
         fewest = min(1.0, n_low) if info.as_while else n_low
         sizes = [*tap_sizes, *nit_sizes_in_loop]
         traces = [Trace(buffer, size, slot) for buffer, size, slot in zip([*tap_final, *nit_final], sizes, slots, strict=True)]
         mit_mot_result = [(buffer, given.length) for buffer, given in zip(mit_mot_final, mit_mot, strict=True)]
-        return LoopResult(n_steps, steps_taken, (max(fewest, 0.0), limit), mit_mot_result, traces, untraced_final, overflow)
+        return LoopResult(n_steps, steps_taken, (max(fewest, 0.0), limit), mit_mot_result, traces, untraced_final, overflow, stopped)
 
     return run
 
 
+def _entry(buffer: jax.Array, position) -> jax.Array:
+    """``buffer[position]`` for a position in range: a plain dynamic slice (NumPy-style indexing adds wrap-around)."""
+    return jax.lax.dynamic_index_in_dim(buffer, position, keepdims=False)
+
+
 def _written(buffer: jax.Array, position, value, going) -> jax.Array:
-    """``buffer`` with ``value`` at ``position`` where the loop goes on (a dynamic-update-slice, in place in a loop)."""
+    """``buffer`` with ``value`` at ``position`` (in range) where the loop goes on.
+
+    A plain dynamic-update-slice, which XLA does in place in a loop; ``.at[].set``
+    guards against positions out of range with a select, and then XLA copies the
+    whole buffer on every step.
+    """
     value = jnp.asarray(value, buffer.dtype)
-    return buffer.at[position].set(value if going is True else jnp.where(going, value, buffer[position]))
+    if going is not True:
+        value = jnp.where(going, value, _entry(buffer, position))
+    return jax.lax.dynamic_update_index_in_dim(buffer, value, position, axis=0)
+
+
+def _shifted(window: jax.Array, value, going) -> jax.Array:
+    """The window of the last entries, with ``value`` the newest where the loop goes on."""
+    shifted = jnp.concatenate([window[1:], jnp.asarray(value, window.dtype)[None]])
+    return shifted if going is True else jnp.where(going, shifted, window)
 
 
 def _written_at_taps(buffer: jax.Array, step, taps: Sequence[int], values: Sequence, going) -> jax.Array:

@@ -29,7 +29,8 @@ class BoundedLowering(NamedTuple):
     """The run-time checks the function may need, in the order of its `NodeResult.oks`."""
 
     capacity_limited: bool = False
-    """A while-Scan: it takes ``capacity`` (its buffers' room, None for its bound) and reports overflow."""
+    """A Scan: it takes ``capacity`` (its buffers' room, None for its bound) and ``resume`` (the `NodeResult.state`
+    of a run with less room that overflowed), and reports overflow."""
 
 
 @singledispatch

@@ -80,10 +80,10 @@ def bounded_scan(op: Scan, node, input_kinds: Sequence[Kind], **kwargs) -> Bound
     output_kinds += [None] * op.info.n_untraced_sit_sot
     run = scan_loop(op, trimmable, **kwargs)
 
-    def scan(*outer_inputs, capacity: int | None) -> NodeResult:
-        loop = run(list(outer_inputs), capacity)
+    def scan(*outer_inputs, capacity: int | None, resume: LoopResult | None = None) -> NodeResult:
+        loop = run(list(outer_inputs), capacity, resume)
         outputs = bounded_outputs(op, loop, trimmable)
-        return NodeResult(outputs[0] if len(outputs) == 1 else outputs, (), loop.overflow)
+        return NodeResult(outputs[0] if len(outputs) == 1 else outputs, (), loop.overflow, loop)
 
     return BoundedLowering(scan, tuple(output_kinds), capacity_limited=True)
 
