@@ -50,19 +50,6 @@ def _quadratic_minimizer(a, fa, fpa, b, fb):
     return a - fpa / (2.0 * curvature)
 
 
-def make_trial(fun: Callable) -> Callable:
-    """``trial(xk, pk, args, alpha, x) -> (f, g, slope)`` at ``xk + alpha * pk``, formed in the work vector ``x``."""
-
-    @solver_njit
-    def trial(xk, pk, args, alpha, x):
-        for i in range(xk.shape[0]):
-            x[i] = xk[i] + alpha * pk[i]
-        f, g = fun(x, args)
-        return f, g, dot(g, pk)
-
-    return trial
-
-
 @solver_njit
 def initial_step(phi0, old_phi0, derphi0) -> float:
     """scipy's first trial step: the previous decrease extrapolated, at most 1; 1 without a previous iterate (NaN)."""
@@ -81,7 +68,14 @@ def make_strong_wolfe(fun: Callable) -> Callable:
     ``found`` is False the other values are meaningless and the caller stops.
     ``x`` is a work vector of the size of ``xk``.
     """
-    trial = make_trial(fun)
+
+    @solver_njit
+    def trial(xk, pk, args, alpha, x):
+        """Value, gradient and slope at ``xk + alpha * pk``, formed in the work vector ``x``."""
+        for i in range(xk.shape[0]):
+            x[i] = xk[i] + alpha * pk[i]
+        f, g = fun(x, args)
+        return f, g, dot(g, pk)
 
     @solver_njit
     def zoom(xk, pk, args, x, a_lo, a_hi, phi_lo, phi_hi, derphi_lo, phi0, derphi0, c1, c2):

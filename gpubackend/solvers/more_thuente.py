@@ -45,6 +45,18 @@ def _clip(value, low, high):
 
 
 @solver_njit
+def _cubic_step_towards(stp, fp, dp, other, f_other, d_other):
+    """Minimiser of the cubic through (stp, fp, dp) and (other, f_other, d_other), as dcstep writes it from ``stp``."""
+    theta = 3.0 * (f_other - fp) / (stp - other) + d_other + dp
+    gamma = _cubic_gamma(theta, d_other, dp, False)
+    if stp > other:
+        gamma = -gamma
+    p = (gamma - dp) + theta
+    q = ((gamma - dp) + gamma) + d_other
+    return stp + p / q * (other - stp)
+
+
+@solver_njit
 def dcstep(stx, fx, dx, sty, fy, dy, stp, fp, dp, brackt, stpmin, stpmax):
     """A safeguarded trial step and the updated interval ``(stx, fx, dx, sty, fy, dy, stp, brackt)`` (MINPACK-2)."""
     sgnd = np.sign(dp) * np.sign(dx)
@@ -62,13 +74,7 @@ def dcstep(stx, fx, dx, sty, fy, dy, stp, fp, dp, brackt, stpmin, stpmax):
         brackt = True
     elif sgnd < 0.0:
         # Derivatives of opposite sign: the minimum is bracketed.
-        theta = 3.0 * (fx - fp) / (stp - stx) + dx + dp
-        gamma = _cubic_gamma(theta, dx, dp, False)
-        if stp > stx:
-            gamma = -gamma
-        p = (gamma - dp) + theta
-        q = ((gamma - dp) + gamma) + dx
-        stpc = stp + p / q * (stx - stp)
+        stpc = _cubic_step_towards(stp, fp, dp, stx, fx, dx)
         stpq = stp + (dp / (dp - dx)) * (stx - stp)
         stpf = stpc if abs(stpc - stp) > abs(stpq - stp) else stpq
         brackt = True
@@ -98,13 +104,7 @@ def dcstep(stx, fx, dx, sty, fy, dy, stp, fp, dp, brackt, stpmin, stpmax):
             stpf = _clip(stpc if abs(stpc - stp) > abs(stpq - stp) else stpq, stpmin, stpmax)
     elif brackt:
         # Same sign, the derivative's magnitude does not decrease: cubic through stp and sty.
-        theta = 3.0 * (fp - fy) / (sty - stp) + dy + dp
-        gamma = _cubic_gamma(theta, dy, dp, False)
-        if stp > sty:
-            gamma = -gamma
-        p = (gamma - dp) + theta
-        q = ((gamma - dp) + gamma) + dy
-        stpf = stp + p / q * (sty - stp)
+        stpf = _cubic_step_towards(stp, fp, dp, sty, fy, dy)
     elif stp > stx:
         stpf = stpmax
     else:

@@ -26,6 +26,7 @@ def make_wolfe12(fun: Callable, stpmin: float, stpmax: float) -> Callable:
     """
     strong_wolfe = make_strong_wolfe(fun)
 
+    # Inlined into the solver, so that its arrays cross no call on the per-evaluation path.
     @solver_njit(inline="always")
     def search(xk, pk, args, phi0, gk, old_phi0, c1, c2, x):
         n = xk.shape[0]
