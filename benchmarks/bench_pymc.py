@@ -215,17 +215,30 @@ def logp_grad_row(name: str, model: pm.Model, eval_repeat: int) -> list[str]:
     ]
 
 
+def timing_or_failure(build: Callable[[], object], sample: Callable[[object, int], float], repeats: int) -> PathTiming | str:
+    """`time_path`, or why the path fails (error type and first line), so that one failing path does not end the run."""
+    try:
+        return time_path(build, sample, repeats)
+    except Exception as error:  # noqa: BLE001 - any failure of a third-party sampler is a row, not the end of the run
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return f"fails: {type(error).__name__}: {message[:100]}"
+
+
 def sampling_rows(name: str, model: pm.Model, draws: int, repeats: int) -> list[list[str]]:
-    timings = {path: time_path(build, sample, repeats) for path, (build, sample) in sampling_paths(model, draws).items()}
+    timings = {path: timing_or_failure(build, sample, repeats) for path, (build, sample) in sampling_paths(model, draws).items()}
     baseline = next(iter(timings.values()))
-    return [
-        [
-            name, path, format_seconds(t.compile_seconds), format_seconds(t.sampling_seconds),
-            f"{t.ess_per_second:.0f}", f"{t.ess_per_second / baseline.ess_per_second:.2f}x",
-            f"{t.compile_seconds / baseline.compile_seconds:.2f}x",
-        ]
-        for path, t in timings.items()
-    ]
+    rows = []
+    for path, t in timings.items():
+        if isinstance(t, str):
+            rows.append([name, path, t, "—", "—", "—", "—"])
+            continue
+        compared = isinstance(baseline, PathTiming)
+        rows.append([
+            name, path, format_seconds(t.compile_seconds), format_seconds(t.sampling_seconds), f"{t.ess_per_second:.0f}",
+            f"{t.ess_per_second / baseline.ess_per_second:.2f}x" if compared else "—",
+            f"{t.compile_seconds / baseline.compile_seconds:.2f}x" if compared else "—",
+        ])
+    return rows
 
 
 def gpu_rows(names: list[str], draws: int, repeats: int, console: Console) -> None:
