@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -216,12 +217,17 @@ def logp_grad_row(name: str, model: pm.Model, eval_repeat: int) -> list[str]:
 
 
 def timing_or_failure(build: Callable[[], object], sample: Callable[[object, int], float], repeats: int) -> PathTiming | str:
-    """`time_path`, or why the path fails (error type and first line), so that one failing path does not end the run."""
+    """`time_path`, or why the path fails, so that one failing path does not end the run.
+
+    The reason is the error's type and the last line of its message naming an
+    error (a JAX runtime error wraps the callback's traceback), else its first line.
+    """
     try:
         return time_path(build, sample, repeats)
     except Exception as error:  # noqa: BLE001 - any failure of a third-party sampler is a row, not the end of the run
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        return f"fails: {type(error).__name__}: {message[:100]}"
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
+        named = [line for line in lines if re.match(r"\w*(Error|Exception)\b", line)]
+        return f"fails: {type(error).__name__}: {(named or lines)[-1][:120]}"
 
 
 def sampling_rows(name: str, model: pm.Model, draws: int, repeats: int) -> list[list[str]]:
