@@ -23,6 +23,15 @@ Numba cache).
 Goals: stock / ours >= 20x per op and gradient; BFGS solver / hand-written
 <= 1.2x; warm / cold <= 25%.
 
+Every process of the benchmark runs OpenBLAS on one thread (unless
+``OPENBLAS_NUM_THREADS`` is set). The gradient rows solve the implicit-function
+system with PyTensor's Numba ``Solve``, whose LAPACK ``dgetrs`` OpenBLAS hands
+to its thread pool whatever the size: while another process keeps the second
+of two cores busy, each 3x3 solve then waits 4-20 ms for the helper thread to
+be scheduled, for stock and gpubackend alike, and that wait is all such a row
+measured (12-48 ms per call, ratio about 1x). One thread is what a sampler
+running a chain per core gets anyway.
+
 Usage: ``python benchmarks/bench_numba_optimize.py [--quick]``
 """
 
@@ -39,7 +48,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+# Before numpy loads OpenBLAS; the workers inherit it (see the module docstring).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -628,7 +640,8 @@ def main() -> None:
     overhead = call_overhead_seconds(repeats, budget_s)
     console.print(
         f"A PyTensor call of a trivial NUMBA function costs {overhead * 1e6:.1f} us; the floor pays none of it, "
-        "nor the inner graph's cost per evaluation. Root methods evaluate the equations and Jacobian together."
+        "nor the inner graph's cost per evaluation. Root methods evaluate the equations and Jacobian together. "
+        f"OpenBLAS threads: {os.environ['OPENBLAS_NUM_THREADS']} (see the module docstring)."
     )
 
     bfgs_table = Table(title="BFGS on a hand-written Rosenbrock objective: our solver vs a hand-written Numba BFGS")

@@ -9,11 +9,12 @@ this prints:
   gpubackend's registrations) and PyMC's NUMBA ``logp_dlogp_function``;
 - per sampling path, compile time and sampling time apart, and ESS per second
   of sampling alone (ArviZ bulk ESS, smallest over the variables): PyMC's NUTS
-  on NUMBA (the baseline) and on JAX_GPU, nutpie on Numba and on JAX, numpyro
-  with ``chain_method="vectorized"`` (driven directly, so that its jitted loop
-  is reused across runs as PyMC's ``pm.sample`` would not).
+  on NUMBA (the baseline) and on JAX_GPU, nutpie on Numba and on JAX, numpyro's
+  NUTS with chains vectorized (its kernels jitted once, see `numpyro_vectorized`:
+  ``MCMC.run`` and PyMC's ``pm.sample`` re-trace the chains' set-up every run).
 
-Each path is built once (timed) and then sampled ``repeats + 1`` times with the
+OpenBLAS runs on one thread (unless ``OPENBLAS_NUM_THREADS`` is set; see the
+comment at its setting). Each path is built once (timed) and then sampled ``repeats + 1`` times with the
 same settings and different seeds. Sampling time is the median of the runs
 after the first; compile time is the build plus what the first run took beyond
 that median (a JIT's compilation on first call: numpyro's loop, nutpie's JAX
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -36,6 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+# OpenBLAS on one thread, before numpy loads it: its dgetrs (PyTensor's Numba
+# Solve, in every optimize op's gradient) hands even a 3x3 solve to its thread
+# pool, and while the sampler's own work keeps the other core busy each such
+# call waits 4-20 ms for the helper thread (minimize_blockwise's NUMBA
+# logp+gradient: 45 ms instead of 30 us, 168 s of sampling).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("GPUBACKEND_DEVICE", "cpu:1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -120,8 +128,16 @@ def nutpie_path(model: pm.Model, backend: str, draws: int, chains: int = CHAINS)
 
 
 def numpyro_vectorized(model: pm.Model, draws: int, chains: int = CHAINS, device: jax.Device | None = None):
-    """numpyro NUTS on the model's jaxified logp, chains vectorized; the MCMC object keeps its jitted loop."""
-    import numpyro
+    """numpyro's NUTS kernel on the model's jaxified logp, chains vectorized, warmup and draws in one jitted function.
+
+    numpyro's ``MCMC.run`` (and so ``pm.sample(nuts_sampler="numpyro")``)
+    initialises the chains outside any jit: its step-size and adaptation setup
+    traces and compiles afresh on every run, a fixed second or more that would
+    count as sampling. Jitting numpyro's own ``init_kernel`` and
+    ``sample_kernel`` together (vmapped over chains, as
+    ``chain_method="vectorized"`` does) compiles once, on the first run.
+    """
+    from numpyro.infer.hmc import hmc
 
     device = device or jax.devices()[0]
     point = model.initial_point()
@@ -129,16 +145,28 @@ def numpyro_vectorized(model: pm.Model, draws: int, chains: int = CHAINS, device
     start = [np.repeat(np.asarray(point[name])[None], chains, axis=0) for name in names]
 
     def build():
-        logp = get_jaxified_logp(model, negative_logp=True)
-        kernel = numpyro.infer.NUTS(potential_fn=logp)
-        return numpyro.infer.MCMC(
-            kernel, num_warmup=draws, num_samples=draws, num_chains=chains, chain_method="vectorized", progress_bar=False
-        )
+        # numpyro's potential is -logp. PyMC's flag reads the other way round:
+        # negative_logp=False negates (as pm.sample(nuts_sampler="numpyro") calls it);
+        # True gives +logp, on which NUTS runs away from the posterior.
+        potential = get_jaxified_logp(model, negative_logp=False)
+        init_kernel, sample_kernel = hmc(potential_fn=potential, algo="NUTS")
 
-    def sample(mcmc, seed):
+        def step(state, _):
+            state = sample_kernel(state)
+            return state, state.z
+
+        def chain(rng_key, init_params):
+            state = init_kernel(init_params, num_warmup=draws, rng_key=rng_key)
+            state, _ = jax.lax.scan(step, state, None, length=draws)
+            _, kept = jax.lax.scan(step, state, None, length=draws)
+            return kept
+
+        return jax.jit(jax.vmap(chain))
+
+    def sample(run_chains, seed):
         with jax.default_device(device):
-            mcmc.run(jax.random.PRNGKey(seed), init_params=[jax.device_put(v, device) for v in start])
-            draws_by_chain = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
+            keys = jax.device_put(jax.random.split(jax.random.PRNGKey(seed), chains), device)
+            draws_by_chain = jax.block_until_ready(run_chains(keys, [jax.device_put(v, device) for v in start]))
         posterior = arviz.convert_to_dataset({name: np.asarray(value) for name, value in zip(names, draws_by_chain, strict=True)})
         return min_bulk_ess(posterior)
 
@@ -166,8 +194,8 @@ def logp_grad_row(name: str, model: pm.Model, eval_repeat: int) -> list[str]:
     point = model.initial_point()
 
     def jax_logp_grad():
-        negative_logp = get_jaxified_logp(model, negative_logp=False)
-        value_and_grad = jax.jit(jax.value_and_grad(negative_logp))
+        potential = get_jaxified_logp(model, negative_logp=False)
+        value_and_grad = jax.jit(jax.value_and_grad(potential))
         values = [np.asarray(point[v.name]) for v in model.value_vars]
         jax.block_until_ready(value_and_grad(values))
         return lambda: jax.block_until_ready(value_and_grad(values))
@@ -188,17 +216,35 @@ def logp_grad_row(name: str, model: pm.Model, eval_repeat: int) -> list[str]:
     ]
 
 
+def timing_or_failure(build: Callable[[], object], sample: Callable[[object, int], float], repeats: int) -> PathTiming | str:
+    """`time_path`, or why the path fails, so that one failing path does not end the run.
+
+    The reason is the error's type and the last line of its message naming an
+    error (a JAX runtime error wraps the callback's traceback), else its first line.
+    """
+    try:
+        return time_path(build, sample, repeats)
+    except Exception as error:  # noqa: BLE001 - any failure of a third-party sampler is a row, not the end of the run
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
+        named = [line for line in lines if re.match(r"\w*(Error|Exception)\b", line)]
+        return f"fails: {type(error).__name__}: {(named or lines)[-1][:120]}"
+
+
 def sampling_rows(name: str, model: pm.Model, draws: int, repeats: int) -> list[list[str]]:
-    timings = {path: time_path(build, sample, repeats) for path, (build, sample) in sampling_paths(model, draws).items()}
+    timings = {path: timing_or_failure(build, sample, repeats) for path, (build, sample) in sampling_paths(model, draws).items()}
     baseline = next(iter(timings.values()))
-    return [
-        [
-            name, path, format_seconds(t.compile_seconds), format_seconds(t.sampling_seconds),
-            f"{t.ess_per_second:.0f}", f"{t.ess_per_second / baseline.ess_per_second:.2f}x",
-            f"{t.compile_seconds / baseline.compile_seconds:.2f}x",
-        ]
-        for path, t in timings.items()
-    ]
+    rows = []
+    for path, t in timings.items():
+        if isinstance(t, str):
+            rows.append([name, path, t, "—", "—", "—", "—"])
+            continue
+        compared = isinstance(baseline, PathTiming)
+        rows.append([
+            name, path, format_seconds(t.compile_seconds), format_seconds(t.sampling_seconds), f"{t.ess_per_second:.0f}",
+            f"{t.ess_per_second / baseline.ess_per_second:.2f}x" if compared else "—",
+            f"{t.compile_seconds / baseline.compile_seconds:.2f}x" if compared else "—",
+        ])
+    return rows
 
 
 def gpu_rows(names: list[str], draws: int, repeats: int, console: Console) -> None:
@@ -234,7 +280,8 @@ def main() -> None:
     logging.getLogger("pymc").setLevel(logging.ERROR)
     console = Console(width=200)
     console.print(
-        f"CPU cores: {os.cpu_count()}; {draws} draws + {draws} tune, {CHAINS} chains; "
+        f"CPU cores: {os.cpu_count()}; OpenBLAS threads: {os.environ['OPENBLAS_NUM_THREADS']}; "
+        f"{draws} draws + {draws} tune, {CHAINS} chains; "
         f"sampling medians of {repeats} runs after a first one"
     )
     models = {name: CASES[name].build() for name in names}

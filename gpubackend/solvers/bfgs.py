@@ -1,4 +1,4 @@
-"""BFGS quasi-Newton minimisation with a strong-Wolfe line search.
+"""BFGS quasi-Newton minimisation with scipy's line search (Moré-Thuente, then strong Wolfe).
 
 Follows scipy's ``_minimize_bfgs``: inverse-Hessian update, initial step guess
 ``dx ~ 1``, convergence on the infinity norm of the gradient (``gtol``), and
@@ -6,7 +6,8 @@ Follows scipy's ``_minimize_bfgs``: inverse-Hessian update, initial step guess
 
 The iterate and the inverse Hessian are updated in place with explicit loops:
 for the small problems these ops solve, numpy temporaries and BLAS calls cost
-more than the arithmetic.
+more than the arithmetic, and the helpers are inlined so that no array
+crosses a call (each crossing is an atomic reference-count update).
 """
 
 from collections.abc import Callable
@@ -15,11 +16,14 @@ import numpy as np
 
 from gpubackend.solvers.budgets import minimize_maxiter
 from gpubackend.solvers.jit import solver_njit
-from gpubackend.solvers.line_search import make_strong_wolfe
 from gpubackend.solvers.small_vectors import dot, max_abs, norm
+from gpubackend.solvers.wolfe12 import make_wolfe12
+
+# The step bounds scipy's BFGS gives its Moré-Thuente search.
+_STEP_MIN, _STEP_MAX = 1e-100, 1e100
 
 
-@solver_njit
+@solver_njit(inline="always")
 def _descent_direction(hess_inv, gk, pk):
     """``pk = -hess_inv @ gk``."""
     n = gk.shape[0]
@@ -30,7 +34,7 @@ def _descent_direction(hess_inv, gk, pk):
         pk[i] = -total
 
 
-@solver_njit
+@solver_njit(inline="always")
 def _update_inverse_hessian(hess_inv, sk, yk, hy):
     """H <- (I - r s y^T) H (I - r y s^T) + r s s^T, expanded to avoid n^3 products."""
     n = sk.shape[0]
@@ -49,7 +53,7 @@ def _update_inverse_hessian(hess_inv, sk, yk, hy):
 
 def make_bfgs(fun: Callable) -> Callable:
     """``solve(x0, args, settings: LineSearchSettings) -> (x, converged)``."""
-    line_search = make_strong_wolfe(fun)
+    line_search = make_wolfe12(fun, _STEP_MIN, _STEP_MAX)
 
     @solver_njit
     def solve(x0, args, settings):
@@ -59,13 +63,13 @@ def make_bfgs(fun: Callable) -> Callable:
         maxiter = minimize_maxiter(settings.maxiter, n)
         fk, gk = fun(xk, args)
         hess_inv = np.eye(n)
-        pk, sk, yk, hy = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
+        pk, sk, yk, hy, trial_x = np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n)
         old_old_fk = fk + norm(gk) / 2.0
         gnorm = max_abs(gk)
         k = 0
         while gnorm > gtol and k < maxiter:
             _descent_direction(hess_inv, gk, pk)
-            found, alpha, f_new, g_new = line_search(xk, pk, args, fk, gk, old_old_fk, c1, c2)
+            found, alpha, f_new, g_new = line_search(xk, pk, args, fk, gk, old_old_fk, c1, c2, trial_x)
             if not found:
                 return xk, False
             for i in range(n):
@@ -79,7 +83,9 @@ def make_bfgs(fun: Callable) -> Callable:
             gnorm = max_abs(gk)
             if gnorm <= gtol:
                 break
-            if alpha * norm(pk) <= xrtol * (xrtol + norm(xk)):
+            # With scipy's default xrtol=0 the bound is 0 whatever |x|: no norm to take.
+            step_bound = xrtol * (xrtol + norm(xk)) if xrtol > 0.0 else 0.0
+            if alpha * norm(pk) <= step_bound:
                 # scipy reports a step below ``xrtol`` as a successful exit.
                 return xk, True
             if not np.isfinite(fk):

@@ -1,6 +1,7 @@
 """Strong-Wolfe line search (Nocedal & Wright, algorithms 3.5 and 3.6).
 
-A port of scipy's ``scalar_search_wolfe2``/``_zoom`` specialised to a vector
+A port of scipy's ``scalar_search_wolfe2``/``_zoom`` (scipy's fallback after
+Moré-Thuente, see `gpubackend.solvers.wolfe12`) specialised to a vector
 problem ``fun(x, args) -> (f, g)``: each trial step evaluates value and
 gradient together, because the lowered inner graph computes both at once.
 `make_strong_wolfe` closes over ``fun`` so Numba compiles it in.
@@ -49,11 +50,23 @@ def _quadratic_minimizer(a, fa, fpa, b, fb):
     return a - fpa / (2.0 * curvature)
 
 
+@solver_njit
+def initial_step(phi0, old_phi0, derphi0) -> float:
+    """scipy's first trial step: the previous decrease extrapolated, at most 1; 1 without a previous iterate (NaN)."""
+    alpha1 = 1.0
+    if derphi0 != 0.0 and np.isfinite(old_phi0):
+        alpha1 = min(1.0, 1.01 * 2.0 * (phi0 - old_phi0) / derphi0)
+        if alpha1 < 0.0:
+            alpha1 = 1.0
+    return alpha1
+
+
 def make_strong_wolfe(fun: Callable) -> Callable:
-    """``search(xk, pk, args, phi0, gk, old_phi0, c1, c2) -> (found, alpha, f_new, g_new)``.
+    """``search(xk, pk, args, phi0, gk, old_phi0, c1, c2, x) -> (found, alpha, f_new, g_new)``.
 
     The returned step satisfies the strong Wolfe conditions along ``pk``; when
     ``found`` is False the other values are meaningless and the caller stops.
+    ``x`` is a work vector of the size of ``xk``.
     """
 
     @solver_njit
@@ -105,15 +118,9 @@ def make_strong_wolfe(fun: Callable) -> Callable:
         return False, a_lo, phi_lo, np.empty_like(xk)
 
     @solver_njit
-    def search(xk, pk, args, phi0, gk, old_phi0, c1, c2):
+    def search(xk, pk, args, phi0, gk, old_phi0, c1, c2, x):
         derphi0 = dot(gk, pk)
-        alpha1 = 1.0
-        # A NaN ``old_phi0`` (no previous iterate) starts from a unit step, as in scipy.
-        if derphi0 != 0.0 and np.isfinite(old_phi0):
-            alpha1 = min(1.0, 1.01 * 2.0 * (phi0 - old_phi0) / derphi0)
-            if alpha1 < 0.0:
-                alpha1 = 1.0
-        x = np.empty_like(xk)
+        alpha1 = initial_step(phi0, old_phi0, derphi0)
         alpha0 = 0.0
         phi_a0 = phi0
         derphi_a0 = derphi0

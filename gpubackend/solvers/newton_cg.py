@@ -2,7 +2,7 @@
 
 The Newton system is solved by truncated conjugate gradients (forcing term
 ``min(0.5, sqrt(|g|_1)) |g|_1``, stopping at negative curvature), followed by
-the strong-Wolfe line search. Converges when the 1-norm of the last update is
+scipy's line search (Moré-Thuente, then strong Wolfe). Converges when the 1-norm of the last update is
 at most ``xtol``. ``fun(x, args)`` returns ``(f, grad, hess)``.
 """
 
@@ -12,9 +12,11 @@ import numpy as np
 
 from gpubackend.solvers.budgets import minimize_maxiter
 from gpubackend.solvers.jit import solver_njit
-from gpubackend.solvers.line_search import make_strong_wolfe
+from gpubackend.solvers.wolfe12 import make_wolfe12
 
 _EPS = np.finfo(np.float64).eps
+# The step bounds scipy's Newton-CG leaves its Moré-Thuente search (line_search_wolfe1's defaults).
+_STEP_MIN, _STEP_MAX = 1e-8, 50.0
 
 
 @solver_njit
@@ -55,7 +57,7 @@ def make_newton_cg(fun: Callable) -> Callable:
         f, g, _ = fun(x, args)
         return f, g
 
-    line_search = make_strong_wolfe(value_and_gradient)
+    line_search = make_wolfe12(value_and_gradient, _STEP_MIN, _STEP_MAX)
 
     @solver_njit
     def solve(x0, args, settings):
@@ -63,6 +65,7 @@ def make_newton_cg(fun: Callable) -> Callable:
         xk = x0.astype(np.float64)
         maxiter = minimize_maxiter(settings.maxiter, xk.shape[0])
         fk, gk, hk = fun(xk, args)
+        trial_x = np.empty_like(xk)
         old_fk = np.nan
         update_size = 2.0 * xtol
         k = 0
@@ -72,7 +75,7 @@ def make_newton_cg(fun: Callable) -> Callable:
             ok, pk = truncated_cg(hk, gk)
             if not ok:
                 return xk, False
-            found, alpha, f_new, g_new = line_search(xk, pk, args, fk, gk, old_fk, c1, c2)
+            found, alpha, f_new, g_new = line_search(xk, pk, args, fk, gk, old_fk, c1, c2, trial_x)
             if not found:
                 return xk, False
             update = alpha * pk

@@ -6,6 +6,10 @@ gradient pushes outwards are held fixed; the two-loop L-BFGS direction acts on
 the others; a backtracking Armijo search runs along the projected path.
 It stops on scipy's criteria: projected-gradient infinity norm ``<= gtol``, or
 relative decrease of ``f`` ``<= ftol`` (both success), or ``maxiter``/``maxfun``.
+
+Every vector operation is a loop into work arrays allocated once per solve, as
+in `gpubackend.solvers.bfgs`: numpy temporaries and BLAS dots cost more than
+the arithmetic on the few variables these problems hold.
 """
 
 from collections.abc import Callable
@@ -13,28 +17,38 @@ from collections.abc import Callable
 import numpy as np
 
 from gpubackend.solvers.jit import solver_njit
+from gpubackend.solvers.small_vectors import dot, max_abs, norm
 
 _ARMIJO = 1e-4
 _CURVATURE_EPS = 2.2e-16
 
 
-@solver_njit
-def _two_loop(q, s_hist, y_hist, rho, count, newest):
-    """``H q`` for the L-BFGS inverse-Hessian approximation (ring buffer of ``count`` pairs)."""
-    m = s_hist.shape[0]
-    alpha = np.zeros(m)
-    r = q.copy()
+@solver_njit(inline="always")
+def _two_loop(q, s_hist, y_hist, rho, count, newest, alpha, r):
+    """``r = H q`` for the L-BFGS inverse-Hessian approximation (ring buffer of ``count`` pairs); ``alpha`` is work."""
+    m, n = s_hist.shape
+    for j in range(n):
+        r[j] = q[j]
     for k in range(count):
         i = (newest - k) % m
-        alpha[i] = rho[i] * np.dot(s_hist[i], r)
-        r -= alpha[i] * y_hist[i]
+        alpha[i] = rho[i] * dot(s_hist[i], r)
+        for j in range(n):
+            r[j] -= alpha[i] * y_hist[i, j]
     if count > 0:
-        r *= np.dot(s_hist[newest], y_hist[newest]) / np.dot(y_hist[newest], y_hist[newest])
+        scale = dot(s_hist[newest], y_hist[newest]) / dot(y_hist[newest], y_hist[newest])
+        for j in range(n):
+            r[j] *= scale
     for k in range(count - 1, -1, -1):
         i = (newest - k) % m
-        beta = rho[i] * np.dot(y_hist[i], r)
-        r += s_hist[i] * (alpha[i] - beta)
-    return r
+        beta = rho[i] * dot(y_hist[i], r)
+        for j in range(n):
+            r[j] += s_hist[i, j] * (alpha[i] - beta)
+
+
+@solver_njit(inline="always")
+def _clip(value, low, high):
+    # ufuncs on scalars: a NaN stays NaN, as with np.minimum/np.maximum on arrays.
+    return np.minimum(np.maximum(value, low), high)
 
 
 @solver_njit
@@ -63,32 +77,42 @@ def make_projected_lbfgs(fun: Callable) -> Callable:
         n = x0.shape[0]
         lo = _expand_bound(lower, n)
         hi = _expand_bound(upper, n)
-        x = np.minimum(np.maximum(x0.astype(np.float64), lo), hi)
+        x, x_new = np.empty(n), np.empty(n)
+        for i in range(n):
+            x[i] = _clip(np.float64(x0[i]), lo[i], hi[i])
         f, g = fun(x, args)
         nfev = 1
         s_hist = np.zeros((maxcor, n))
         y_hist = np.zeros((maxcor, n))
-        rho = np.zeros(maxcor)
+        rho, alpha = np.zeros(maxcor), np.zeros(maxcor)
+        q, hq, direction, s, y = np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n)
+        held = np.empty(n, dtype=np.bool_)
         count = 0
         newest = maxcor - 1
         for _ in range(maxiter):
-            projected = np.minimum(np.maximum(x - g, lo), hi) - x
-            if np.max(np.abs(projected)) <= gtol:
+            for i in range(n):
+                direction[i] = _clip(x[i] - g[i], lo[i], hi[i]) - x[i]
+            if max_abs(direction) <= gtol:
                 return x, True
-            held = ((x <= lo) & (g > 0)) | ((x >= hi) & (g < 0))
-            q = np.where(held, 0.0, g)
-            direction = -_two_loop(q, s_hist, y_hist, rho, count, newest)
-            direction[held] = 0.0
-            if np.dot(g, direction) >= 0.0:
+            for i in range(n):
+                held[i] = (x[i] <= lo[i] and g[i] > 0) or (x[i] >= hi[i] and g[i] < 0)
+                q[i] = 0.0 if held[i] else g[i]
+            _two_loop(q, s_hist, y_hist, rho, count, newest, alpha, hq)
+            for i in range(n):
+                direction[i] = 0.0 if held[i] else -hq[i]
+            if dot(g, direction) >= 0.0:
                 count = 0
-                direction = -q
-            step = 1.0 if count > 0 else min(1.0, 1.0 / np.linalg.norm(direction))
+                for i in range(n):
+                    direction[i] = -q[i]
+            step = 1.0 if count > 0 else min(1.0, 1.0 / norm(direction))
             accepted = False
             for _ in range(maxls):
-                x_new = np.minimum(np.maximum(x + step * direction, lo), hi)
+                decrease = 0.0
+                for i in range(n):
+                    x_new[i] = _clip(x[i] + step * direction[i], lo[i], hi[i])
+                    decrease += g[i] * (x_new[i] - x[i])
                 f_new, g_new = fun(x_new, args)
                 nfev += 1
-                decrease = np.dot(g, x_new - x)
                 if np.isfinite(f_new) and f_new <= f + _ARMIJO * decrease:
                     accepted = True
                     break
@@ -102,17 +126,20 @@ def make_projected_lbfgs(fun: Callable) -> Callable:
                 step *= shrink
             if not accepted:
                 return x, False
-            s = x_new - x
-            y = g_new - g
-            sy = np.dot(s, y)
-            if sy > _CURVATURE_EPS * np.dot(y, y):
+            for i in range(n):
+                s[i] = x_new[i] - x[i]
+                y[i] = g_new[i] - g[i]
+            sy = dot(s, y)
+            if sy > _CURVATURE_EPS * dot(y, y):
                 newest = (newest + 1) % maxcor
-                s_hist[newest] = s
-                y_hist[newest] = y
+                for i in range(n):
+                    s_hist[newest, i] = s[i]
+                    y_hist[newest, i] = y[i]
                 rho[newest] = 1.0 / sy
                 count = min(count + 1, maxcor)
             relative_decrease = (f - f_new) / max(abs(f), abs(f_new), 1.0)
-            x, f, g = x_new, f_new, g_new
+            x, x_new = x_new, x
+            f, g = f_new, g_new
             if relative_decrease <= ftol:
                 return x, True
             if nfev >= maxfun:

@@ -2,6 +2,9 @@
 
 ``np.dot`` and ``np.linalg.norm`` go through BLAS in Numba, whose per-call
 overhead dwarfs the arithmetic on the few elements an optimize op works on.
+They are inlined into their callers (Numba's ``inline="always"``): a call
+passing arrays costs reference-count updates (atomic) that outweigh these
+loops, and inlined, Numba prunes them.
 """
 
 import numpy as np
@@ -9,7 +12,7 @@ import numpy as np
 from gpubackend.solvers.jit import solver_njit
 
 
-@solver_njit
+@solver_njit(inline="always")
 def dot(a, b) -> float:
     total = 0.0
     for i in range(a.shape[0]):
@@ -17,7 +20,7 @@ def dot(a, b) -> float:
     return total
 
 
-@solver_njit
+@solver_njit(inline="always")
 def max_abs(a) -> float:
     """Infinity norm; 0 for an empty vector, NaN if any element is NaN (as ``np.max(np.abs(a))``)."""
     largest = 0.0
@@ -29,7 +32,7 @@ def max_abs(a) -> float:
     return largest
 
 
-@solver_njit
+@solver_njit(inline="always")
 def norm(a) -> float:
     """Euclidean norm; rescaled by the largest element only where squaring over- or underflows (as BLAS ``nrm2``)."""
     total = dot(a, a)
@@ -45,7 +48,7 @@ def norm(a) -> float:
     return scale * np.sqrt(total)
 
 
-@solver_njit
+@solver_njit(inline="always")
 def matvec(a, v):
     """``a @ v`` for a matrix ``a`` (a transposed view too)."""
     out = np.zeros(a.shape[0])

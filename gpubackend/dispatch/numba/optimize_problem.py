@@ -10,6 +10,8 @@ the dtype or rank differ, so a float64 vector problem is called as is.
 from collections.abc import Callable
 
 import numpy as np
+from numba.core import types
+from numba.extending import overload
 
 from pytensor.link.numba.dispatch.basic import numba_njit
 
@@ -34,6 +36,12 @@ def scalar_to_inner(dtype: str) -> Callable:
     return numba_njit(lambda x: np.asarray(scalar_type(x)))
 
 
+def scalar_to_scalar_inner(dtype: str) -> Callable:
+    """float solver value -> the scalar ``x`` of ``dtype`` of an inner graph on scalars (`scalar_inner`)."""
+    scalar_type = np.dtype(dtype).type
+    return numba_njit(lambda x: scalar_type(x))
+
+
 @numba_njit
 def as_float64_vector(value):
     # ravel copies only when ``value`` is 0-d or not contiguous.
@@ -45,9 +53,22 @@ def as_float64_matrix(value):
     return np.asarray(value, dtype=np.float64)
 
 
+def _float_of(value) -> float:
+    """Typed in Numba only (below): an inner output, a 0-d array or a scalar, as a float."""
+    raise NotImplementedError
+
+
+@overload(_float_of)
+def _float_of_overload(value):
+    if isinstance(value, types.Array):
+        return lambda value: float(value.item())
+    # Not through a 0-d array: np.asarray of a scalar allocates one in Numba.
+    return lambda value: float(value)
+
+
 @numba_njit
 def as_float(value) -> float:
-    return float(np.asarray(value).item())
+    return _float_of(value)
 
 
 def _first_two_outputs(inner: Callable, to_inner: Callable, first: Callable, second: Callable) -> Callable:
