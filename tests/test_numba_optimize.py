@@ -25,6 +25,7 @@ from pytensor.tensor.optimize import (
 )
 
 from gpubackend.conformance.probe import CALL, LINK, RewriteFreeProbe
+from gpubackend.dispatch.numba.scalar_core import scalar_core
 from gpubackend import ObjectModeFallbackWarning
 
 RTOL = 1e-6
@@ -266,6 +267,24 @@ def scalar_problem():
 def test_scalar_method_matches_scipy_including_ift_gradient(scalar_problem, name):
     # bounded stops at xatol=1e-5 by default, so compare at that resolution.
     assert_matches_reference(scalar_problem[name], rtol=1e-4 if name == "bounded" else RTOL)
+
+
+def test_scalar_problem_runs_on_floats_only_when_its_inner_graph_is_one_scalar_op():
+    z, a, v = pt.scalar("z"), pt.scalar("a"), pt.vector("v")
+    problems = [
+        root_scalar(z**3 - a, z, method="brentq", bracket=(0.0, 3.0)),
+        # A vector inside the equation keeps its inner graph on arrays.
+        root_scalar((z**3 * v).sum() - a, z, method="brentq", bracket=(0.0, 3.0)),
+        minimize_scalar((z - a) ** 2 + pt.cos(z * v).sum(), z, method="brent"),
+    ]
+    outputs = [output for solution, success in problems for output in (solution, success, pytensor.grad(solution, a))]
+    fn = numba_function([z, a, v], outputs)
+    on_floats = sorted(scalar_core(op.fgraph) is not None for op in optimize_ops(fn.maker.fgraph))
+    assert on_floats == [False, False, True]
+    values = (np.array(1.0), 2.0, np.array([0.5, 0.25]))
+    expected = pytensor.function([z, a, v], outputs, mode=REFERENCE_MODE)(*values)
+    for got, want in zip(fn(*values), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=RTOL)
 
 
 def test_nonconvergence_reports_failure_without_exception():

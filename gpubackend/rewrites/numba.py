@@ -13,6 +13,10 @@ scipy wrapper re-links the graph with `FunctionMaker` and, for scalar or 0-d
 problems, rebuilds it around a new input with ``graph_replace``; it keeps
 stock PyTensor's functional graph so nothing changes on that path.
 
+A scalar problem's inner graph of 0-d Elemwise work is then moved onto
+PyTensor's scalar ops (`on_scalars`), so that the solver's evaluations are
+float arithmetic rather than 0-d arrays.
+
 Vectorised (`Blockwise`) optimize ops need their core output shapes made
 explicit for PyTensor's Numba `Blockwise` lowering. Stock PyTensor derives
 them from the core op's ``infer_shape``, which these ops lack, and then runs
@@ -28,14 +32,20 @@ which then runs a second time for its shape alone.
 """
 
 from pytensor.compile import optdb
+from pytensor.compile.ops import DeepCopyOp
 from pytensor.compile.rewriting import destructive_rewrite_ofg_inner_graph
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import dfs_rewriter, node_rewriter
 from pytensor.link.numba.linker import NumbaLinker
-from pytensor.tensor.basic import as_tensor, constant
+from pytensor.scalar.basic import constant as scalar_constant
+from pytensor.tensor.basic import as_tensor, constant, scalar_from_tensor, tensor_from_scalar
 from pytensor.tensor.blockwise import Blockwise, BlockwiseWithCoreShape
-from pytensor.tensor.optimize import ScipyWrapperOp, rewrite_optimize_inner_graph
+from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.optimize import ScipyScalarWrapperOp, ScipyWrapperOp, rewrite_optimize_inner_graph
 from pytensor.tensor.rewriting.optimize import jit_rewrite_optimize_inner_graph
 from pytensor.tensor.shape import Shape_i
+from pytensor.tensor.type import TensorType
 
 from gpubackend.dispatch.numba.optimize_plan import has_native_solver
 
@@ -44,8 +54,50 @@ from gpubackend.dispatch.numba.optimize_plan import has_native_solver
 def numba_rewrite_optimize_inner_graph(linker, op, node, inner, *, mode) -> None:
     if has_native_solver(op):
         destructive_rewrite_ofg_inner_graph(linker, op, node, inner, mode=mode)
+        if isinstance(op, ScipyScalarWrapperOp):
+            on_scalars(inner)
     else:
         jit_rewrite_optimize_inner_graph(linker, op, node, inner, mode=mode)
+
+
+def _is_0d(variable: Variable) -> bool:
+    return isinstance(variable.type, TensorType) and variable.type.ndim == 0
+
+
+def on_scalars(inner: FunctionGraph) -> None:
+    """A scalar problem's inner graph of 0-d Elemwise work, rewritten onto PyTensor's scalar ops.
+
+    A bracketing solver evaluates its objective a few dozen times in a few
+    microseconds; on 0-d arrays each Elemwise node allocates one and updates
+    reference counts atomically. On scalars the graph is float arithmetic, with
+    one conversion at each end (``ScalarFromTensor`` of each input,
+    ``TensorFromScalar`` of each output). A graph with anything else keeps its
+    arrays.
+    """
+    nodes = inner.toposort()
+    if not all(_is_0d(variable) for variable in (*inner.inputs, *inner.outputs)) or any(
+        variable.owner is None for variable in inner.outputs
+    ):
+        return
+    if not all(isinstance(node.op, Elemwise | DeepCopyOp) and all(map(_is_0d, node.outputs)) for node in nodes):
+        return
+    scalars: dict[Variable, Variable] = {variable: scalar_from_tensor(variable) for variable in inner.inputs}
+
+    def scalar_of(variable: Variable) -> Variable:
+        if isinstance(variable, Constant):
+            return scalar_constant(variable.data.item(), dtype=variable.type.dtype)
+        return scalars[variable]
+
+    for inner_node in nodes:
+        inputs = [scalar_of(variable) for variable in inner_node.inputs]
+        if isinstance(inner_node.op, DeepCopyOp):
+            # A fresh array comes out of each conversion: nothing to break an alias with.
+            scalars[inner_node.outputs[0]] = inputs[0]
+            continue
+        scalars.update(zip(inner_node.outputs, inner_node.op.scalar_op.make_node(*inputs).outputs, strict=True))
+    inner.replace_all(
+        [(output, tensor_from_scalar(scalars[output])) for output in inner.outputs], reason="optimize_inner_graph_on_scalars"
+    )
 
 
 @node_rewriter([Blockwise])

@@ -3,7 +3,7 @@
 `MinimizeOp`, `RootOp`, `MinimizeScalarOp` and `RootScalarOp` run scipy in
 Numba object mode under stock PyTensor. Here each op's frozen inner graph
 (already optimized and inplace-baked by `gpubackend.rewrites.numba`)
-is funcified as is and handed to a solver from `gpubackend.solvers` inside one
+is funcified as is (a scalar problem's single scalar op on floats, `scalar_core`) and handed to a solver from `gpubackend.solvers` inside one
 jitted function, so the objective is compiled into the solver. Each lowering
 carries a cache key (the inner graph's key, the solver and its settings), so
 PyTensor's on-disk Numba cache serves later processes.
@@ -39,6 +39,7 @@ from pytensor.tensor.optimize import (
 
 from gpubackend.dispatch.numba import optimize_problem as problem
 from gpubackend.dispatch.numba.optimize_plan import NoNativeSolver, SolverPlan, solver_plan
+from gpubackend.dispatch.numba.scalar_core import scalar_core
 from gpubackend.errors import ObjectModeFallbackWarning
 from gpubackend.scipy_options import scipy_method
 from gpubackend.solvers.bfgs import make_bfgs
@@ -59,7 +60,7 @@ from gpubackend.solvers.trust_exact import make_trust_exact
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 11
+SOLVER_CACHE_VERSION = 12
 
 
 # (op type, native solver) -> (problem adapter, solver factory). A vector
@@ -98,17 +99,19 @@ def _object_mode(op: ScipyWrapperOp, node: Apply, reason: str, **kwargs) -> tupl
         return generate_fallback_impl(op, node, **kwargs), None
 
 
-def _bind_inputs(op: ScipyWrapperOp, run: Callable, interval_name: str | None) -> Callable:
+def _bind_inputs(op: ScipyWrapperOp, run: Callable, interval_name: str | None, scalar_args: bool) -> Callable:
     """``f(x0, *args, *bounds)`` calling ``run(x0, args_tuple, interval)``.
 
-    Generated source, because Numba cannot split ``*inputs`` at a position
-    known only at lowering time.
+    With ``scalar_args`` the (0-d) arguments are handed on as scalars, for an
+    inner graph lowered on floats (`scalar_core`). Generated source, because
+    Numba cannot split ``*inputs`` at a position known only at lowering time.
     """
     n_args = len(op.inner_inputs) - 1
     arg_names = [f"arg{i}" for i in range(n_args)]
     bound_names = [f"bound_{name}" for name in op.bound_kwargs]
     interval = f"bound_{interval_name}" if interval_name in op.bound_kwargs else "NO_INTERVAL"
-    args_tuple = f"({', '.join(arg_names)}{',' if n_args else ''})"
+    passed = [f"{name}.item()" for name in arg_names] if scalar_args else arg_names
+    args_tuple = f"({', '.join(passed)}{',' if n_args else ''})"
     name = f"{type(op).__name__.lower()}_{re.sub(r'[^0-9a-z]', '_', op.method.lower())}"
     src = f"def {name}({', '.join(['x0', *arg_names, *bound_names])}):\n    return run(x0, {args_tuple}, {interval})\n"
     return numba_njit(
@@ -154,15 +157,19 @@ def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | N
     inner, inner_key = numba_funcify_and_cache_key(
         op.fgraph, fgraph_name=f"numba_{type(op).__name__.lower()}_inner", ofg_memo=kwargs.get("ofg_memo")
     )
+    on_floats = scalar_core(op.fgraph) if isinstance(op, ScipyScalarWrapperOp) else None
     x_type = op.inner_inputs[0].type
     adapter, make_solver = NATIVE_SOLVERS[(type(op), plan.solver)]
-    if isinstance(op, ScipyScalarWrapperOp):
+    if on_floats is not None:
+        fun = adapter(on_floats, problem.scalar_to_float(x_type.dtype))
+        run = _scalar_runner(make_solver(fun), plan.settings, x_type.dtype)
+    elif isinstance(op, ScipyScalarWrapperOp):
         fun = adapter(inner, problem.scalar_to_inner(x_type.dtype))
         run = _scalar_runner(make_solver(fun), plan.settings, x_type.dtype)
     else:
         fun = adapter(inner, problem.vector_to_inner(x_type.ndim, x_type.dtype))
         run = _vector_runner(make_solver(fun), plan.settings, x_type.dtype)
-    lowered = _bind_inputs(op, run, _interval_name(op))
+    lowered = _bind_inputs(op, run, _interval_name(op), scalar_args=on_floats is not None)
 
     if inner_key is None:
         return lowered, None
@@ -175,6 +182,7 @@ def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | N
                 x_type.ndim,
                 x_type.dtype,
                 inner_key,
+                on_floats is not None,
                 SOLVER_CACHE_VERSION,
                 __name__,
                 make_solver.__module__,

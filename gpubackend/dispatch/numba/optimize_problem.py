@@ -36,6 +36,12 @@ def scalar_to_inner(dtype: str) -> Callable:
     return numba_njit(lambda x: np.asarray(scalar_type(x)))
 
 
+def scalar_to_float(dtype: str) -> Callable:
+    """float solver value -> the scalar ``x`` of ``dtype`` of an inner graph lowered on floats (`scalar_core`)."""
+    scalar_type = np.dtype(dtype).type
+    return numba_njit(lambda x: scalar_type(x))
+
+
 @numba_njit
 def as_float64_vector(value):
     # ravel copies only when ``value`` is 0-d or not contiguous.
