@@ -9,6 +9,14 @@ nothing useful. `when_imported` bridges the two with the standard import
 system: a one-shot meta-path finder that lets the real finders locate the
 module, and a loader wrapper that runs the registration once the module's own
 code has run (so our registrations come after PyTensor's and take precedence).
+
+It is the one place gpubackend reaches into the import system, and only because
+PyTensor offers no seam for it. It would go if PyTensor's dispatch packages
+loaded plugins when they load: for example, the last lines of
+``pytensor/link/jax/dispatch/__init__.py`` (and of the Numba one) calling each
+entry point of an ``importlib.metadata`` group such as
+``pytensor.link.jax.dispatch``, where gpubackend would declare
+`gpubackend.dispatch.jax.register_lowerings`.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from pytensor.link.basic import Container
 from pytensor.link.jax.linker import JAXLinker
 
 from gpubackend.devices import DeviceSpec, check_device_spec, resolve_device
-from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, LoweringContext
-from gpubackend.registration import DispatchName
+from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, LoweringContext, ReadBack
+from gpubackend.registration import Lowerings, using_lowerings
 
 if TYPE_CHECKING:
     from gpubackend.placement import DevicesSpec, ShardSpec
@@ -21,36 +21,39 @@ if TYPE_CHECKING:
 
 
 class DispatchingJAXLinker(JAXLinker):
-    """PyTensor's JAX linker, lowering through one of gpubackend's `JAXDispatch`es instead of the global ``jax_funcify``.
+    """PyTensor's JAX linker, lowering the op types gpubackend replaces with the lowerings it names.
 
-    The dispatcher is named ("gpubackend" or "stock"), not held: it is built on
-    PyTensor's JAX dispatch, which loads with the first compile, not with
-    ``import gpubackend``.
+    ``lowerings`` is "gpubackend" (JAX_GPU) or "stock" (the conformance suite's
+    stock baseline), selected for the whole of a function's lowering, inner
+    graphs included, whatever ``$GPUBACKEND_REGISTER`` makes the default.
     """
 
-    def __init__(self, dispatch: DispatchName, **kwargs: Any):
-        self.dispatch_name = dispatch
+    context: LoweringContext
+    """The `LoweringContext` of the function being linked (a new one per function: it holds that lowering's cache)."""
+
+    def __init__(self, lowerings: Lowerings, **kwargs: Any):
+        self.lowerings = lowerings
         super().__init__(**kwargs)
 
     def lowering_context(self) -> LoweringContext:
-        """What every lowering of one function is told (a new one per function: it holds that lowering's cache)."""
+        """What every lowering of one function is told."""
         return LoweringContext()
 
-    def fgraph_convert(self, fgraph, order, input_storage, storage_map, **kwargs):
-        from gpubackend.dispatch.jax.replacements import DISPATCHERS
+    def fgraph_convert(self, fgraph, **kwargs):
+        """PyTensor's conversion, with this linker's lowerings selected and its `LoweringContext` passed down.
 
-        # JAXLinker.fgraph_convert copies shared RNG inputs and finds the scalar
-        # shape inputs, then lowers with the global registry. Given no node to
-        # lower (order=()) it does only the former; the nodes are lowered here.
-        super().fgraph_convert(fgraph, order=(), input_storage=input_storage, storage_map=storage_map)
-        return DISPATCHERS[self.dispatch_name](
-            fgraph,
-            order=order,
-            input_storage=input_storage,
-            storage_map=storage_map,
-            **{CONTEXT_KEYWORD: self.lowering_context()},
-            **kwargs,
-        )
+        ``JAXLinker.fgraph_convert`` copies shared RNG inputs, finds the scalar
+        shape inputs, then calls the global ``jax_funcify`` with the keyword
+        arguments it was given: the context travels as one of them, and the
+        selection holds while it runs (the registered lowerings choose when they
+        are called, which is then). The override would go if PyTensor's
+        ``JAXLinker`` let a subclass name the keyword arguments of its lowering
+        and wrap it (for example a ``funcify_kwargs()`` method and a
+        ``lowering_scope()`` context manager that ``fgraph_convert`` enters).
+        """
+        self.context = self.lowering_context()
+        with using_lowerings(self.lowerings):
+            return super().fgraph_convert(fgraph, **kwargs, **{CONTEXT_KEYWORD: self.context})
 
 
 class JAXGPULinker(DispatchingJAXLinker):
@@ -58,9 +61,8 @@ class JAXGPULinker(DispatchingJAXLinker):
 
     As a `JAXLinker` subclass it inherits PyTensor's JAX baking rules for inner
     graphs (the ``rewrite_*_inner_graph`` functions dispatch on the linker
-    class). It lowers through `jax_gpu_funcify`: gpubackend's lowerings, and
-    the registry's for every other op, whether or not gpubackend's are
-    registered globally. What it adds:
+    class). It lowers with gpubackend's lowerings, and the registry's for every
+    other op, whatever ``$GPUBACKEND_REGISTER`` says. What it adds:
 
     - the device is resolved when a function is linked (``device`` argument,
       else ``$GPUBACKEND_DEVICE``, else ``"gpu"``), with no silent fallback;
@@ -134,7 +136,9 @@ class JAXGPULinker(DispatchingJAXLinker):
 
     def lowering_context(self) -> LoweringContext:
         # The jitted graph serves PyTensor's calls only: JAX never differentiates it.
-        return LoweringContext(reads_on_host=True, jax_differentiable=False, split_ladder=self.placement.platform == "cpu")
+        return LoweringContext(
+            read_back=ReadBack(), jax_differentiable=False, split_ladder=self.placement.platform == "cpu"
+        )
 
     def create_thunk_inputs(self, storage_map):
         from gpubackend.device_inputs import ResidentSharedCell
@@ -163,25 +167,39 @@ class JAXGPULinker(DispatchingJAXLinker):
 
         from gpubackend.dispatch.jax.while_scan.host import HostReadingFunction, SplitLadder
 
-        # The top graph is a `HostReadingGraph`: ``fn(step_counts, *inputs)``, step counts static.
-        # A graph specialised on step counts may run twice on the same inputs: it donates nothing.
         updated = set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs)
+        plan = self.context.read_back.plan
+        if plan is None:
+            # The graph's plain function: nothing to read back.
+            return jax.jit(
+                fn,
+                static_argnums=self.scalar_shape_inputs,
+                donate_argnums=tuple(sorted(updated)),
+                out_shardings=self.placement.output_sharding,
+            )
+        # ``fn(step_counts, *inputs)``, step counts static.
+        # A graph specialised on step counts may run twice on the same inputs: it donates nothing.
         static = tuple(position + 1 for position in self.scalar_shape_inputs)
-        donated = () if fn.n_specialised else tuple(sorted(position + 1 for position in updated))
+        donated = () if plan.n_specialised else tuple(sorted(position + 1 for position in updated))
 
         def jitted(graph_fn, donate_argnums=()):
-            return jax.jit(graph_fn, static_argnums=(0, *static), donate_argnums=donate_argnums, out_shardings=self.placement.output_sharding)
+            return jax.jit(
+                graph_fn,
+                static_argnums=(0, *static),
+                donate_argnums=donate_argnums,
+                out_shardings=self.placement.output_sharding,
+            )
 
-        if fn.continuation is None:
-            return HostReadingFunction(jitted(fn.fn, donated), fn)
+        if plan.continuation is None:
+            return HostReadingFunction(jitted(fn, donated), plan)
         # The continuation takes (outputs, reads, overflow, *inputs) and donates what the graph would.
         higher = jax.jit(
-            fn.continuation,
+            plan.continuation,
             static_argnums=tuple(position + 2 for position in static),
             donate_argnums=tuple(position + 2 for position in donated),
             out_shardings=self.placement.output_sharding,
         )
-        return HostReadingFunction(SplitLadder(jitted(fn.fn), jitted(fn.fn, donated), higher), fn)
+        return HostReadingFunction(SplitLadder(jitted(fn), jitted(fn, donated), higher), plan)
 
     def __repr__(self) -> str:
         if self.devices_spec is not None:

@@ -23,13 +23,13 @@ def test_ofg_with_many_call_sites_is_funcified_once(mode):
     for _ in range(30):
         x, y = step(x, y)
     inner_lowerings = []
-    original = jax_ofg.jax_gpu_funcify
+    original = jax_ofg.jax_funcify
 
     def counting_funcify(obj, *args, **kwargs):
         inner_lowerings.append(obj)
         return original(obj, *args, **kwargs)
 
-    with mock.patch.object(jax_ofg, "jax_gpu_funcify", counting_funcify):
+    with mock.patch.object(jax_ofg, "jax_funcify", counting_funcify):
         values = [np.linspace(-1, 1, 4), np.linspace(0, 1, 4)]
         assert_matches_reference([start_x, start_y], [x, y, pytensor.grad((x * y).sum(), start_x)], values, mode)
     # The compiled graph calls the (baked) step op and its pullback op 30 times each.

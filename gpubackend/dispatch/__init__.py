@@ -3,10 +3,10 @@
 Importing this package arranges for them to be registered as soon as PyTensor
 loads the registry (its JAX or Numba dispatch package), which it does when a
 function is first compiled for that backend: ``import gpubackend`` imports
-neither jax nor numba. The Numba ones go on ``numba_funcify``. The JAX ones go
-on PyTensor's global ``jax_funcify`` unless ``$GPUBACKEND_REGISTER`` is
-``jax_gpu``; then only mode="JAX_GPU" uses them (see
-`gpubackend.dispatch.jax.replacements`).
+neither jax nor numba. The Numba ones go on ``numba_funcify``. On PyTensor's
+``jax_funcify`` each JAX one sits beside the stock lowering it replaces, and
+which of the two lowers a graph is chosen while it is lowered
+(`gpubackend.registration`, `gpubackend.dispatch.jax.replacements`).
 """
 
 from gpubackend.dispatch import jax, numba

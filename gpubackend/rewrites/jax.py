@@ -14,7 +14,7 @@ shape of ``Alloc``/``AllocEmpty``/``Reshape``, the bounds of ``ARange`` or
 arithmetic (`gpubackend.dispatch.jax.fgraph`) keeps everything computed from it
 concrete. It runs once at compile time. JAX_GPU includes it by its
 ``gpubackend`` tag; stock ``mode="JAX"`` gets it through the "jax" tag only when
-gpubackend's lowerings are registered globally (see `gpubackend.dispatch.jax.replacements`), since
+gpubackend's lowerings serve it (``$GPUBACKEND_REGISTER``, see `gpubackend.registration`), since
 stock lowerings cannot use what it makes static.
 """
 
@@ -34,7 +34,7 @@ from pytensor.tensor.basic import Alloc, AllocEmpty, ARange, Eye
 from pytensor.tensor.shape import Reshape
 from pytensor.tensor.type import TensorType
 
-from gpubackend.registration import REWRITE_TAG, registers_globally
+from gpubackend.registration import DEFAULT_LOWERINGS, REWRITE_TAG
 
 
 def _length_inputs(node: Apply) -> Iterator[Variable]:
@@ -81,6 +81,6 @@ optdb.register(
     "jax_static_integer_length_inputs",
     static_integer_length_inputs,
     REWRITE_TAG,
-    *(["jax"] if registers_globally() else []),
+    *(["jax"] if DEFAULT_LOWERINGS == "gpubackend" else []),
     position=101,
 )

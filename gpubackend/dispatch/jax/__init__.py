@@ -6,11 +6,12 @@ Importing this package imports no module of it (and so not jax):
 
 
 def register_lowerings() -> None:
-    """Record every lowering, keep the stock ones they replace, and install ours globally unless scoped to JAX_GPU."""
-    # The optimize ops are recorded by op type here; optimistix loads with the first one lowered.
+    """Import every lowering module: each registers its lowerings on ``jax_funcify`` as it is imported.
+
+    A lowering module imported before PyTensor's JAX dispatch loads that
+    dispatch itself, which runs this while the module is still importing: it
+    registers its own lowerings when it goes on, so none is lost either way.
+    """
+    # The optimize ops are registered by op type here; optimistix loads with the first one lowered.
     from gpubackend.dispatch.jax import blockwise, check_and_raise, fgraph, ifelse, ofg  # noqa: F401
     from gpubackend.dispatch.jax import optimize, scalar_loop, scan, shape, subtensor  # noqa: F401
-    from gpubackend.dispatch.jax.replacements import take_over_registry
-    from gpubackend.registration import registers_globally
-
-    take_over_registry(install_globally=registers_globally())

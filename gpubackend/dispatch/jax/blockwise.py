@@ -20,9 +20,10 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.blockwise import Blockwise
 
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 
 
 def _signature(inputs_sig, outputs_sig) -> str:
@@ -52,10 +53,10 @@ def jax_funcify_Blockwise(op: Blockwise, node, **kwargs) -> Callable:
         for variable, batch_ndim in zip(node.inputs, batch_ndims, strict=True)
     ]
     if not any(unbatched):
-        return jax_gpu_funcify.stock(Blockwise)(op, node=node, **kwargs)
+        return stock_lowering(Blockwise)(op, node=node, **kwargs)
 
     core_node = op._create_dummy_core_node(node.inputs, propagate_unbatched_core_inputs=True)
-    core_fn = jax_gpu_funcify(core_node.op, node=core_node, **kwargs)
+    core_fn = jax_funcify(core_node.op, node=core_node, **kwargs)
     batched = [position for position, is_unbatched in enumerate(unbatched) if not is_unbatched]
     signature = _signature([op.inputs_sig[position] for position in batched], op.outputs_sig)
     out_batch_ndim = node.outputs[0].type.ndim - len(op.outputs_sig[0])

@@ -19,12 +19,12 @@ import jax
 import numpy as np
 from pytensor.raise_op import CheckAndRaise
 
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 
 
 @replaces(CheckAndRaise)
 def jax_funcify_CheckAndRaise(op: CheckAndRaise, node, **kwargs) -> Callable:
-    skip_check = jax_gpu_funcify.stock(CheckAndRaise)(op, node=node, **kwargs)
+    skip_check = stock_lowering(CheckAndRaise)(op, node=node, **kwargs)
 
     def check_and_raise(x, *conditions):
         if not any(isinstance(condition, jax.core.Tracer) for condition in conditions):

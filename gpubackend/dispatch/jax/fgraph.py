@@ -15,8 +15,9 @@ never be reused. Nodes that see a tracer are staged as usual.
 
 A graph with a while-Scan whose trace PyTensor may trim to the steps taken is
 lowered by `while_scan` after the plan it makes for the graph: bounded traces
-with their checks, or for a linker that reads back (JAX_GPU), step counts.
-The top graph of such a linker always lowers to a `HostReadingGraph`.
+with their checks, or for a linker that reads back (JAX_GPU), step counts. It
+is always lowered to a function; for such a linker, what the call reads back is
+recorded on the linker's `LoweringContext` (`while_scan.graph`).
 
 At the top of a stock linker's lowering it starts the `LoweringContext` that
 every lowering below shares (with a linker's own, it is given one). It
@@ -38,12 +39,12 @@ import numpy as np
 from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FrozenFunctionGraph, FunctionGraph
 from pytensor.graph.op import HasInnerGraph
-from pytensor.link.jax.dispatch.basic import jax_typify
+from pytensor.link.jax.dispatch.basic import jax_funcify, jax_typify
 from pytensor.link.utils import fgraph_to_python
 
 from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, lowering_context
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
-from gpubackend.dispatch.jax.while_scan.graph import lowered_while_scan_graph, reading_nothing
+from gpubackend.dispatch.jax.replacements import replaces
+from gpubackend.dispatch.jax.while_scan.graph import lowered_while_scan_graph
 from gpubackend.dispatch.jax.while_scan.plan import plan_graph
 
 _SHAPE_DTYPE_KINDS = frozenset("iub")
@@ -74,7 +75,7 @@ def _evaluated_when_concrete(fn: Callable) -> Callable:
 
 
 def _funcify_node(op, node: Apply | None = None, **kwargs) -> Callable:
-    fn = jax_gpu_funcify(op, node=node, **kwargs)
+    fn = jax_funcify(op, node=node, **kwargs)
     if node is not None and _is_shape_arithmetic(node):
         return _evaluated_when_concrete(fn)
     return fn
@@ -82,7 +83,7 @@ def _funcify_node(op, node: Apply | None = None, **kwargs) -> Callable:
 
 @replaces(FunctionGraph, FrozenFunctionGraph)
 def jax_funcify_FunctionGraph(fgraph, node=None, fgraph_name: str = "jax_funcified_fgraph", **kwargs: Any) -> Callable:
-    """The graph's function; for a linker that reads back (`LoweringContext.reads_on_host`), a `HostReadingGraph`."""
+    """The graph's function; for a linker that reads back, how it is called goes on `LoweringContext.read_back`."""
     context = lowering_context(kwargs)
     squeezed = kwargs.get("squeeze_output", False) and len(fgraph.outputs) == 1
     # Every lowering below this graph lowers an inner graph: none of them is read back.
@@ -90,8 +91,6 @@ def jax_funcify_FunctionGraph(fgraph, node=None, fgraph_name: str = "jax_funcifi
     # What fgraph_to_python hands each node's lowering: everything but its own parameters.
     node_kwargs = {key: value for key, value in kwargs.items() if key not in _GRAPH_ONLY_KWARGS}
     # The order fgraph_to_python would compute, computed once for it and the plan.
-    # (A linker that lowers through its own dispatcher first calls the registry
-    # with order=(), `DispatchingJAXLinker`: nothing is lowered or planned then.)
     if kwargs.get("order") is None:
         kwargs["order"] = fgraph.toposort()
     order = kwargs["order"]
@@ -104,8 +103,7 @@ def jax_funcify_FunctionGraph(fgraph, node=None, fgraph_name: str = "jax_funcifi
             fgraph_name=fgraph_name,
             **kwargs,
         )
-        typed_fn = _with_graph_dtypes(graph_fn, fgraph.outputs, squeezed)
-        return reading_nothing(typed_fn) if context.reads_on_host else typed_fn
+        return _with_graph_dtypes(graph_fn, fgraph.outputs, squeezed)
 
     def default_fn(node: Apply) -> Callable:
         return _funcify_node(node.op, node=node, **node_kwargs)

@@ -17,8 +17,9 @@ from collections.abc import Callable
 import jax
 import numpy as np
 from pytensor.conditional.op import IfElse, LazyIfElse
+from pytensor.link.jax.dispatch.basic import jax_funcify
 
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 
 
 def _is_concrete(value) -> bool:
@@ -32,7 +33,7 @@ def _same_concrete(first, second) -> bool:
 @replaces(IfElse)
 def jax_funcify_IfElse(op: IfElse, **kwargs) -> Callable:
     n_outs = op.n_outs
-    stock_ifelse = jax_gpu_funcify.stock(IfElse)(op, **kwargs)
+    stock_ifelse = stock_lowering(IfElse)(op, **kwargs)
 
     def ifelse(cond, *branches):
         if_true, if_false = branches[:n_outs], branches[n_outs:]
@@ -46,8 +47,8 @@ def jax_funcify_IfElse(op: IfElse, **kwargs) -> Callable:
 @replaces(LazyIfElse)
 def jax_funcify_LazyIfElse(op: LazyIfElse, **kwargs) -> Callable:
     kwargs.pop("storage_map", None)
-    true_fn = jax_gpu_funcify(op.true_branch, **kwargs)
-    false_fn = jax_gpu_funcify(op.false_branch, **kwargs)
+    true_fn = jax_funcify(op.true_branch, **kwargs)
+    false_fn = jax_funcify(op.false_branch, **kwargs)
 
     def lazy_ifelse(cond, *operands):
         traced = [position for position, value in enumerate(operands) if not _is_concrete(value)]

@@ -4,24 +4,39 @@ Lowerings reach the ones below them through ``jax_funcify(..., **kwargs)``, and
 PyTensor's stock lowerings (a for-Scan's, Blockwise's) pass on keywords they do
 not know. So what the linker decides once for a whole function travels as one
 frozen `LoweringContext` under `CONTEXT_KEYWORD`, never as loose keys that a
-lowering reads if present. Its one mutable member is a cache, private to one
-lowering of one graph: the functions of the OpFromGraph ops met so far (`ofg`).
+lowering reads if present. Its mutable members are private to one lowering of
+one graph: a cache of the functions of the OpFromGraph ops met so far (`ofg`),
+and, for a linker that reads back, the `ReadBack` where the top graph's lowering
+leaves how its function is called (the linker created the context, and reads it
+when it compiles that function).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # host imports jax; the linker builds contexts from `import gpubackend` on
+    from gpubackend.dispatch.jax.while_scan.host import HostReadPlan
 
 CONTEXT_KEYWORD = "gpubackend_context"
 
 
+@dataclass
+class ReadBack:
+    """What the top graph's lowering tells the linker that reads back (JAX_GPU) about the function it returns."""
+
+    plan: HostReadPlan | None = None
+    """How a call of the function reads back what only the data settle (`while_scan.host`); None, as
+    left where the graph has nothing of the kind: the function is the graph's plain one."""
+
+
 @dataclass(frozen=True)
 class LoweringContext:
-    reads_on_host: bool = False
-    """The linker owns the call and reads back what only the data settle (JAX_GPU): the top graph lowers to a
-    `HostReadingGraph` (`while_scan.host`). Never true for an inner graph."""
+    read_back: ReadBack | None = field(default=None, compare=False)
+    """Given where the linker owns the call and reads back what only the data settle (JAX_GPU): the top
+    graph's lowering records there how its function is called. None for an inner graph."""
 
     nested: bool = False
     """The graph being lowered is the inner graph of another op."""
@@ -39,7 +54,7 @@ class LoweringContext:
 
     def for_inner_graphs(self) -> LoweringContext:
         """The context of the graphs inside this one: same function, same cache, nothing read back."""
-        return replace(self, reads_on_host=False, nested=True, split_ladder=False)
+        return replace(self, read_back=None, nested=True, split_ladder=False)
 
 
 def lowering_context(kwargs: dict[str, Any]) -> LoweringContext:

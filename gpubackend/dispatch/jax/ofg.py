@@ -16,9 +16,10 @@ from typing import Any
 import jax
 import numpy as np
 from pytensor.compile.builders import OpFromGraph
+from pytensor.link.jax.dispatch.basic import jax_funcify
 
 from gpubackend.dispatch.jax.lowering_context import lowering_context
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import replaces
 
 
 def _only_array_data(op: OpFromGraph) -> bool:
@@ -34,7 +35,7 @@ def jax_funcify_OpFromGraph(op: OpFromGraph, node=None, **kwargs: Any) -> Callab
     kwargs.pop("storage_map", None)
     memo = lowering_context(kwargs).ofg_functions
     if op not in memo:
-        inner_fn = jax_gpu_funcify(op.fgraph, **kwargs)
+        inner_fn = jax_funcify(op.fgraph, **kwargs)
         fn = (lambda *inputs: inner_fn(*inputs)[0]) if len(op.fgraph.outputs) == 1 else inner_fn
         memo[op] = jax.jit(fn) if _only_array_data(op) else fn
     return memo[op]

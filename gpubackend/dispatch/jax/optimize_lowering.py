@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import optimistix as optx
+from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp, ScipyWrapperOp
 
 from gpubackend.dispatch.jax.bracket import expand_bracket
 from gpubackend.dispatch.jax.optimize_methods import SolverChoice, solver_choice, solver_for_size
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
 from gpubackend.scipy_options import scipy_method
 
 Objective = Callable[[jax.Array, tuple], jax.Array]
@@ -31,7 +31,7 @@ Objective = Callable[[jax.Array, tuple], jax.Array]
 def _objective(op: ScipyWrapperOp, kwargs: dict) -> Objective:
     """The op's first inner output as ``f(y, args)``, the calling convention of optimistix."""
     kwargs.pop("storage_map", None)
-    inner_fn = jax_gpu_funcify(op.fgraph, **kwargs)
+    inner_fn = jax_funcify(op.fgraph, **kwargs)
 
     def objective(y, args):
         return inner_fn(y, *args)[0]

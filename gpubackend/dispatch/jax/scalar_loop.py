@@ -13,15 +13,16 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.scalar.loop import ScalarLoop
 
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import replaces
 
 
 @replaces(ScalarLoop)
 def jax_funcify_ScalarLoop(op: ScalarLoop, node=None, **kwargs) -> Callable:
     kwargs.pop("storage_map", None)
-    inner_fn = jax_gpu_funcify(op.fgraph, **kwargs)
+    inner_fn = jax_funcify(op.fgraph, **kwargs)
     n_state = len(op.fgraph.outputs) - (1 if op.is_while else 0)
     state_dtypes = [variable.type.dtype for variable in op.fgraph.inputs[:n_state]]
 

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from pytensor.scan.op import Scan
 
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 from gpubackend.dispatch.jax.while_scan.loop import possibly_trimmed_traces, scan_loop
 from gpubackend.dispatch.jax.while_scan.traces import untrimmed_outputs
 from gpubackend.errors import DataDependentLengthError
@@ -44,7 +44,7 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
             return outputs[0] if len(outputs) == 1 else outputs
 
         return while_scan
-    for_scan = jax_gpu_funcify.stock(Scan)(op, node=node, **kwargs)
+    for_scan = stock_lowering(Scan)(op, node=node, **kwargs)
     nit_sot_end = op.info.n_outer_inputs - op.info.n_non_seqs
     length_positions = (0, *range(nit_sot_end - op.info.n_nit_sot, nit_sot_end))
 

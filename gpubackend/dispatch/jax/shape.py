@@ -22,13 +22,13 @@ from pytensor.link.jax.dispatch.tensor_basic import ARANGE_CONCRETE_VALUE_ERROR
 from pytensor.tensor.basic import ARange
 from pytensor.tensor.shape import Reshape
 
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 
 
 def _stock_or_none(op_type: type, op, node, kwargs) -> Callable | None:
     """The stock lowering of ``node``, or None where it refuses the node's (non-concrete-looking) arguments."""
     try:
-        return jax_gpu_funcify.stock(op_type)(op, node=node, **kwargs)
+        return stock_lowering(op_type)(op, node=node, **kwargs)
     except NotImplementedError:
         return None
 

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor, IncSubtensor, indices_from_subtensor
 
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
+from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 from gpubackend.errors import DataDependentLengthError
 
 
@@ -42,7 +42,7 @@ def _covers_whole_axis(index, length: int) -> bool:
 
 @replaces(IncSubtensor)
 def jax_funcify_IncSubtensor(op: IncSubtensor, node, **kwargs) -> Callable:
-    scatter = jax_gpu_funcify.stock(IncSubtensor)(op, node=node, **kwargs)
+    scatter = stock_lowering(IncSubtensor)(op, node=node, **kwargs)
 
     def inc_subtensor(x, y, *index_inputs):
         indices = indices_from_subtensor(index_inputs, op.idx_list)
@@ -71,7 +71,7 @@ class BooleanMaskLengthError(DataDependentLengthError, jax.errors.NonConcreteBoo
 
 @replaces(AdvancedSubtensor, AdvancedIncSubtensor)
 def jax_funcify_AdvancedSubtensor(op, node, **kwargs) -> Callable:
-    stock = jax_gpu_funcify.stock(type(op))(op, node=node, **kwargs)
+    stock = stock_lowering(type(op))(op, node=node, **kwargs)
 
     def advanced_indexing(*inputs):
         try:

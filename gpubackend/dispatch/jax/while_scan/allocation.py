@@ -15,11 +15,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.basic import Alloc, AllocEmpty, Join, Split
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
 from gpubackend.dispatch.jax.while_scan.arrays import LENGTHS_DIFFER, same_length
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
@@ -83,7 +83,7 @@ def _alloc_empty(op: AllocEmpty, node, input_kinds, **kwargs) -> BoundedLowering
 def _join(op: Join, node, input_kinds, **kwargs) -> BoundedLowering:
     if op.axis == 0:
         return BoundedLowering(_join_leading, ("array",))
-    fn = jax_gpu_funcify(op, node=node, **kwargs)
+    fn = jax_funcify(op, node=node, **kwargs)
     if any(kind != "array" for kind in input_kinds):
         raise NotImplementedError(f"{op}: a run-time length joined with a length known while tracing")
     checks = tuple(RuntimeCheck(ValueError, f"{op}: {LENGTHS_DIFFER}") for _ in input_kinds[1:])

@@ -17,12 +17,12 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+from pytensor.link.jax.dispatch.basic import jax_funcify
 import pytensor.scalar as ps
 from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
 from pytensor.tensor.extra_ops import CumOp
 from pytensor.tensor.math import Argmax, Dot
 
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.lengths import integer_dimshuffle, integer_elemwise
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
@@ -42,7 +42,7 @@ def same_length(first: BoundedInt, other) -> Any:
 def _elemwise(op: Elemwise, node, input_kinds, **kwargs) -> BoundedLowering:
     if "array" not in input_kinds:
         return integer_elemwise(op, node, **kwargs)
-    fn = jax_gpu_funcify(op, node=node, **kwargs)
+    fn = jax_funcify(op, node=node, **kwargs)
     ndim = node.outputs[0].type.ndim
     traces = [position for position, kind in enumerate(input_kinds) if kind == "array"]
     if any(node.inputs[position].type.ndim != ndim for position in traces):
@@ -79,7 +79,7 @@ def _dimshuffle(op: DimShuffle, node, input_kinds, **kwargs) -> BoundedLowering:
         return integer_dimshuffle(op, node, **kwargs)
     if not op.new_order or op.new_order[0] != 0:
         raise NotImplementedError(f"{op} moves the axis whose length is known only at run time")
-    fn = jax_gpu_funcify(op, node=node, **kwargs)
+    fn = jax_funcify(op, node=node, **kwargs)
     return BoundedLowering(lambda x: Bounded(fn(x.buffer), x.length), ("array",))
 
 
@@ -111,7 +111,7 @@ def _has_an_entry(x: Bounded):
 
 @bounded_jax_funcify.register(CAReduce)
 def _careduce(op: CAReduce, node, input_kinds, **kwargs) -> BoundedLowering:
-    fn = jax_gpu_funcify(op, node=node, **kwargs)
+    fn = jax_funcify(op, node=node, **kwargs)
     if input_kinds[0] == "int":
         return integer_elemwise_like_reduction(fn, node)
     if 0 not in _reduced_axes(op.axis, node.inputs[0].type.ndim):
@@ -147,7 +147,7 @@ def integer_elemwise_like_reduction(fn, node) -> BoundedLowering:
 
 @bounded_jax_funcify.register(Argmax)
 def _argmax(op: Argmax, node, input_kinds, **kwargs) -> BoundedLowering:
-    fn = jax_gpu_funcify(op, node=node, **kwargs)
+    fn = jax_funcify(op, node=node, **kwargs)
     if 0 not in _reduced_axes(op.axis, node.inputs[0].type.ndim):
         return BoundedLowering(lambda x: Bounded(fn(x.buffer), x.length), ("array",))
     fill = _padding_fill(ps.maximum, np.dtype(node.inputs[0].type.dtype))
@@ -165,7 +165,7 @@ def _cumulative(op: CumOp, node, input_kinds, **kwargs) -> BoundedLowering:
     ndim = node.inputs[0].type.ndim
     if not (op.axis == 0 or (op.axis is None and ndim == 1)):
         raise NotImplementedError(f"{op}: accumulating across the axis whose length is known only at run time")
-    fn = jax_gpu_funcify(op, node=node, **kwargs)
+    fn = jax_funcify(op, node=node, **kwargs)
     return BoundedLowering(lambda x: Bounded(fn(x.buffer), x.length), ("array",))
 
 
@@ -174,5 +174,5 @@ def _dot(op: Dot, node, input_kinds, **kwargs) -> BoundedLowering:
     """A matrix product whose left operand's rows are a trace: its rows are the product's rows."""
     if input_kinds[1] is not None or node.inputs[0].type.ndim != 2:
         raise NotImplementedError(f"{op}: a run-time length on an axis the product sums over")
-    fn = jax_gpu_funcify(op, node=node, **kwargs)
+    fn = jax_funcify(op, node=node, **kwargs)
     return BoundedLowering(lambda x, y: Bounded(fn(x.buffer, y), x.length), ("array",))

@@ -2,10 +2,12 @@
 
 Given the graph's plan (`plan`) and the `LoweringContext`:
 
-- a linker that reads back (JAX_GPU's top graph) gets a `HostReadingGraph`
-  whatever the plan: traces stay bounded and the call reads lengths and the
-  error code only where the graph has them, or, for a graph that needs exact
-  lengths, the graph is specialised on its step counts;
+- a linker that reads back (JAX_GPU's top graph) gets, whatever the plan, a
+  function that takes the assumed step counts first and returns what the call
+  reads beside the outputs, and finds how to call it (`HostReadPlan`) on the
+  context it gave: traces stay bounded and the call reads lengths and the error
+  code only where the graph has them, or, for a graph that needs exact lengths,
+  the graph is specialised on its step counts;
 - any other caller gets a function of static-shape outputs, whose run-time
   checks run inside the computation, or a `DataDependentLengthError` that says
   what to do on its path.
@@ -20,16 +22,11 @@ from pytensor.graph.basic import Apply
 
 from gpubackend.dispatch.jax.lowering_context import LoweringContext
 from gpubackend.dispatch.jax.while_scan.checks import raise_in_graph
-from gpubackend.dispatch.jax.while_scan.host import HostReadingGraph, HostReads
+from gpubackend.dispatch.jax.while_scan.host import HostReadPlan, HostReads
 from gpubackend.dispatch.jax.while_scan.interpreter import bounded_graph, step_counted_graph
 from gpubackend.dispatch.jax.while_scan.plan import BoundedPlan, ExactLengthsNeeded
 from gpubackend.dispatch.jax.while_scan.refusals import no_length_rule, run_time_length_output
 from gpubackend.dispatch.jax.while_scan.values import Bounded
-
-
-def reading_nothing(graph_fn: Callable) -> HostReadingGraph:
-    """A graph with no trace of run-time length, for a linker that reads back: it never reads."""
-    return HostReadingGraph(lambda step_counts, *inputs: (graph_fn(*inputs), HostReads()))
 
 
 def lowered_while_scan_graph(
@@ -43,8 +40,9 @@ def lowered_while_scan_graph(
     **node_kwargs,
 ) -> Callable:
     """``typed`` gives the plain outputs their graph dtypes."""
+    read_back = context.read_back
     if isinstance(plan, ExactLengthsNeeded):
-        if not context.reads_on_host:
+        if read_back is None:
             raise no_length_rule(plan.nodes[0].op, plan.consumer, plan.reason, context)
         counted = step_counted_graph(fgraph, order, plan, default_fn, constant, **node_kwargs)
 
@@ -52,9 +50,10 @@ def lowered_while_scan_graph(
             outputs, counts = counted(step_counts, *inputs)
             return typed(outputs), HostReads(step_counts=counts)
 
-        return HostReadingGraph(specialised, n_specialised=len(plan.nodes))
+        read_back.plan = HostReadPlan(n_specialised=len(plan.nodes))
+        return specialised
     graph = bounded_graph(fgraph, order, plan, default_fn, constant)
-    if context.reads_on_host:
+    if read_back is not None:
         positions = tuple(position for position, output in enumerate(fgraph.outputs) if output in plan.run_time_lengths)
 
         def returned(outputs: list, error_code) -> tuple[list, HostReads]:
@@ -63,7 +62,8 @@ def lowered_while_scan_graph(
             return typed(buffers), HostReads(lengths, error_code)
 
         if not context.split_ladder:
-            return HostReadingGraph(lambda step_counts, *inputs: returned(*graph.whole(*inputs)[:2]), plan.checks, positions)
+            read_back.plan = HostReadPlan(plan.checks, positions)
+            return lambda step_counts, *inputs: returned(*graph.whole(*inputs)[:2])
 
         def lower_rungs(step_counts: tuple, *inputs):
             outputs, error_code, overflow = graph.lower(*inputs)
@@ -72,7 +72,8 @@ def lowered_while_scan_graph(
         def higher_rungs(outputs: list, reads: HostReads, overflow, *inputs):
             return jax.lax.cond(overflow, lambda: returned(*graph.higher(*inputs)[:2]), lambda: (outputs, reads))
 
-        return HostReadingGraph(lower_rungs, plan.checks, positions, continuation=higher_rungs)
+        read_back.plan = HostReadPlan(plan.checks, positions, continuation=higher_rungs)
+        return lower_rungs
     if plan.run_time_lengths:
         raise run_time_length_output(plan.while_scans[0].op, plan.run_time_lengths[0], context)
 

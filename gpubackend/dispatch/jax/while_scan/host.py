@@ -1,10 +1,11 @@
 """JAX_GPU's side of a while-Scan graph: the one explicit read per call that lengths, checks and step counts need.
 
-A linker that owns the call (`LoweringContext.reads_on_host`) gets, for the
-whole graph, a `HostReadingGraph`: ``fn(step_counts, *inputs) -> (outputs,
-HostReads)``, with ``step_counts`` a static argument (the counts assumed for
-the while-Scans specialised on theirs, empty otherwise). `HostReadingFunction`
-calls the jitted function and:
+A linker that owns the call (`LoweringContext.read_back`) gets, for a whole
+graph with something to read, the function ``fn(step_counts, *inputs) ->
+(outputs, HostReads)``, with ``step_counts`` a static argument (the counts
+assumed for the while-Scans specialised on theirs, empty otherwise), and the
+`HostReadPlan` saying how to call it, recorded on its context.
+`HostReadingFunction` calls the jitted function and:
 
 - returns at once when there is nothing to read (``HostReads`` empty: every
   output of static shape, every check proven), so the call stays asynchronous;
@@ -49,10 +50,9 @@ class HostReads(NamedTuple):
 
 
 @dataclass(frozen=True)
-class HostReadingGraph:
-    """The whole graph for a linker that reads back: callable as ``fn(step_counts, *inputs) -> (outputs, HostReads)``."""
+class HostReadPlan:
+    """How to call a graph's function that reads back: ``fn(step_counts, *inputs) -> (outputs, HostReads)``."""
 
-    fn: Callable
     checks: tuple[RuntimeCheck, ...] = ()
     """What each nonzero error code raises."""
     run_time_lengths: tuple[int, ...] = ()
@@ -64,12 +64,9 @@ class HostReadingGraph:
     ``(outputs, HostReads, overflow)``, and where ``overflow`` is not None,
     ``continuation(outputs, reads, overflow, *inputs) -> (outputs, HostReads)`` finishes. Only the second donates."""
 
-    def __call__(self, step_counts: tuple, *inputs):
-        return self.fn(step_counts, *inputs)
-
 
 class SplitLadder:
-    """A `HostReadingGraph` with a continuation, jitted: the lower rungs, then the higher ones only on overflow.
+    """A graph's function with a continuation, jitted: the lower rungs, then the higher ones only on overflow.
 
     Both need the call's inputs, so the lower rungs donate nothing while a
     continuation may follow. A graph whose ladder has no higher rung (for the
@@ -106,13 +103,13 @@ def _signature(value):
 
 
 class HostReadingFunction:
-    """Call a jitted `HostReadingGraph` (or its `SplitLadder`), reading what it returns for the host at most once per run."""
+    """Call a graph's jitted function (or its `SplitLadder`), reading what it returns for the host at most once per run."""
 
-    def __init__(self, run: Callable, graph: HostReadingGraph):
+    def __init__(self, run: Callable, plan: HostReadPlan):
         self._run = run
-        self._checks = graph.checks
-        self._cut = graph.run_time_lengths
-        self._step_counts: tuple[int | None, ...] = (None,) * graph.n_specialised
+        self._checks = plan.checks
+        self._cut = plan.run_time_lengths
+        self._step_counts: tuple[int | None, ...] = (None,) * plan.n_specialised
 
     @property
     def specialised(self) -> bool:

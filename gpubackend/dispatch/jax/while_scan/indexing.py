@@ -17,9 +17,9 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, indices_from_subtensor
 
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.arrays import same_length
@@ -180,7 +180,7 @@ def _later_positions_in_range(op, index_kinds, index_values, shape) -> list:
 @bounded_jax_funcify.register(Subtensor)
 def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
     if input_kinds[0] == "int":
-        return _integer_subtensor(op, jax_gpu_funcify(op, node=node, **kwargs))
+        return _integer_subtensor(op, jax_funcify(op, node=node, **kwargs))
     _refuse_unsupported(op, input_kinds, 1)
     index_kinds = _index_kinds(op, input_kinds, 1)
     leading = op.idx_list[0]
@@ -188,7 +188,7 @@ def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
     if isinstance(leading, slice):
         run_time_slice = input_kinds[0] == "array" or "int" in _slice_bound_kinds(leading, input_kinds, 1)
         if not run_time_slice:
-            return _plain_subtensor(op, jax_gpu_funcify(op, node=node, **kwargs), index_kinds, later_checks)
+            return _plain_subtensor(op, jax_funcify(op, node=node, **kwargs), index_kinds, later_checks)
         checks = later_checks + ((ZERO_STEP,) if leading.step is not None else ())
 
         def sliced(x, *index_inputs):

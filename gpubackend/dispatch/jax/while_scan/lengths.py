@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
+from pytensor.link.jax.dispatch.basic import jax_funcify
 import pytensor.scalar as ps
 from pytensor.graph.basic import Constant
 from pytensor.raise_op import CheckAndRaise
@@ -23,7 +24,6 @@ from pytensor.tensor.basic import ARange, MakeVector, ScalarFromTensor, TensorFr
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.shape import Shape, Shape_i
 
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.values import (
@@ -132,13 +132,13 @@ def _tabulated_result(scalar_op, inputs, value, boolean: bool) -> BoundedInt | N
 
 def integer_elemwise(op: Elemwise, node, **kwargs) -> BoundedLowering:
     """An Elemwise over lengths and other integers; a non-integer result (a mean's divisor) is a plain value."""
-    return _integer_scalar_op(op.scalar_op, jax_gpu_funcify(op, node=node, **kwargs), node)
+    return _integer_scalar_op(op.scalar_op, jax_funcify(op, node=node, **kwargs), node)
 
 
 @bounded_jax_funcify.register(ps.ScalarOp)
 def _scalar_op(op: ps.ScalarOp, node, input_kinds, **kwargs) -> BoundedLowering:
     """A scalar op of PyTensor's scalar graphs (``ScalarFromTensor`` then ``add``), as its Elemwise."""
-    return _integer_scalar_op(op, jax_gpu_funcify(op, node=node, **kwargs), node)
+    return _integer_scalar_op(op, jax_funcify(op, node=node, **kwargs), node)
 
 
 def _integer_scalar_op(scalar_op, fn, node) -> BoundedLowering:
@@ -181,7 +181,7 @@ def _same_integer(op, node, input_kinds, **kwargs) -> BoundedLowering:
 
 @bounded_jax_funcify.register(MakeVector)
 def _make_vector(op: MakeVector, node, input_kinds, **kwargs) -> BoundedLowering:
-    fn = jax_gpu_funcify(op, node=node, **kwargs)
+    fn = jax_funcify(op, node=node, **kwargs)
     if not _is_integral(node.outputs[0]):
         return BoundedLowering(lambda *inputs: fn(*(value_of(x) for x in inputs)), (None,))
 
@@ -212,7 +212,7 @@ def dimshuffled_bounds(op: DimShuffle, bound: np.ndarray, leading: int = 0) -> n
 
 
 def integer_dimshuffle(op: DimShuffle, node, **kwargs) -> BoundedLowering:
-    fn = jax_gpu_funcify(op, node=node, **kwargs)
+    fn = jax_funcify(op, node=node, **kwargs)
 
     def dimshuffle(x: BoundedInt):
         if x.table is not None:
@@ -225,7 +225,7 @@ def integer_dimshuffle(op: DimShuffle, node, **kwargs) -> BoundedLowering:
 
 def checks_data_at_run_time(op: CheckAndRaise) -> bool:
     """Whether gpubackend lowers ``op``: not so where a library registered its own lowering (PyMC's pass-through Assert)."""
-    return jax_gpu_funcify.lowering_for(type(op)) is jax_gpu_funcify.lowering_for(CheckAndRaise)
+    return jax_funcify.dispatch(type(op)) is jax_funcify.dispatch(CheckAndRaise)
 
 
 @bounded_jax_funcify.register(CheckAndRaise)
@@ -238,7 +238,7 @@ def _check_and_raise(op: CheckAndRaise, node, input_kinds, **kwargs) -> BoundedL
     always, and one on the data where gpubackend lowers the op (a library
     that registered its own lowering, as PyMC does for ``Assert``, keeps it).
     """
-    check = jax_gpu_funcify(op, node=node, **kwargs)
+    check = jax_funcify(op, node=node, **kwargs)
     checks_data = checks_data_at_run_time(op)
     checked_positions = [
         position

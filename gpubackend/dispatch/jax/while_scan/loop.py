@@ -30,10 +30,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.lowering_context import lowering_context
-from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
 from gpubackend.dispatch.jax.while_scan.values import (
     as_bounded,
     as_bounded_int,
@@ -116,7 +116,7 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
     """
     kwargs.pop("storage_map", None)
     jax_differentiable = lowering_context(kwargs).jax_differentiable
-    inner_fn = jax_gpu_funcify(op.fgraph, **kwargs)
+    inner_fn = jax_funcify(op.fgraph, **kwargs)
     info = op.info
     tap_slices = [*info.mit_sot_in_slices, *info.sit_sot_in_slices]
     slots = traced_slots(op)
