@@ -29,7 +29,7 @@ class DispatchingJAXLinker(JAXLinker):
     """
 
     context: LoweringContext
-    """The `LoweringContext` of the function being linked (a new one per function: it holds that lowering's cache)."""
+    """The `LoweringContext` of the function being linked (one per function: it holds its cache)."""
 
     def __init__(self, lowerings: Lowerings, **kwargs: Any):
         self.lowerings = lowerings
@@ -40,7 +40,7 @@ class DispatchingJAXLinker(JAXLinker):
         return LoweringContext()
 
     def fgraph_convert(self, fgraph, **kwargs):
-        """PyTensor's conversion, with this linker's lowerings selected and its `LoweringContext` passed down.
+        """PyTensor's conversion, with this linker's lowerings selected and its context passed down.
 
         ``JAXLinker.fgraph_convert`` copies shared RNG inputs, finds the scalar
         shape inputs, then calls the global ``jax_funcify`` with the keyword
@@ -136,9 +136,8 @@ class JAXGPULinker(DispatchingJAXLinker):
 
     def lowering_context(self) -> LoweringContext:
         # The jitted graph serves PyTensor's calls only: JAX never differentiates it.
-        return LoweringContext(
-            read_back=ReadBack(), jax_differentiable=False, split_ladder=self.placement.platform == "cpu"
-        )
+        on_cpu = self.placement.platform == "cpu"
+        return LoweringContext(read_back=ReadBack(), jax_differentiable=False, split_ladder=on_cpu)
 
     def create_thunk_inputs(self, storage_map):
         from gpubackend.device_inputs import ResidentSharedCell

@@ -41,7 +41,7 @@ def jax_gpu_mode(
 
 
 def stock_jax_mode() -> Mode:
-    """PyTensor's own JAX mode, with none of gpubackend's lowerings or rewrites, whatever $GPUBACKEND_REGISTER says."""
+    """PyTensor's own JAX mode: none of gpubackend's lowerings or rewrites, whatever the default."""
     return Mode(linker=DispatchingJAXLinker("stock"), optimizer=JAX.provided_optimizer.excluding(REWRITE_TAG))
 
 

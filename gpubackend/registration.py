@@ -36,9 +36,9 @@ def _default_lowerings() -> Lowerings:
     value = os.environ.get(REGISTER_ENV, "") or GLOBAL
     if value not in (GLOBAL, JAX_GPU_ONLY):
         raise ValueError(
-            f"${REGISTER_ENV}={value!r}: expected {GLOBAL!r} (gpubackend's JAX lowerings serve every JAX "
-            f"mode, the default) or {JAX_GPU_ONLY!r} (only mode='JAX_GPU' uses them; stock mode='JAX' "
-            "stays PyTensor's own)"
+            f"${REGISTER_ENV}={value!r}: expected {GLOBAL!r} (gpubackend's JAX lowerings serve "
+            f"every JAX mode, the default) or {JAX_GPU_ONLY!r} (only mode='JAX_GPU' uses them; "
+            "stock mode='JAX' stays PyTensor's own)"
         )
     return "gpubackend" if value == GLOBAL else "stock"
 
@@ -50,13 +50,13 @@ _SELECTED: ContextVar[Lowerings] = ContextVar("gpubackend_selected_lowerings")
 
 
 def selected_lowerings() -> Lowerings:
-    """The lowerings selected where this runs: a linker's while it lowers, else `DEFAULT_LOWERINGS`."""
+    """The lowerings selected here: a linker's while it lowers, else `DEFAULT_LOWERINGS`."""
     return _SELECTED.get(DEFAULT_LOWERINGS)
 
 
 @contextmanager
 def using_lowerings(lowerings: Lowerings) -> Iterator[None]:
-    """Select ``lowerings`` for every ``jax_funcify`` call made inside the block (in this thread or task)."""
+    """Select ``lowerings`` for the ``jax_funcify`` calls inside the block (this thread or task)."""
     token = _SELECTED.set(lowerings)
     try:
         yield

@@ -1,8 +1,9 @@
 """gpubackend's replacements of PyTensor's JAX lowerings are strict supersets of the stock ones.
 
 Each graph is compiled and called twice under mode="JAX": once with PyTensor's
-own lowerings put back on the global registry (and gpubackend's rewrite left
-out), once with gpubackend's. Where stock succeeds, ours must give the same
+own lowerings selected (`gpubackend.registration.using_lowerings`, which
+changes no global state) and gpubackend's rewrite left out, once with
+gpubackend's. Where stock succeeds, ours must give the same
 dtypes, shapes and values (to 1e-12) and the same warnings; where stock fails,
 ours fails with the same error or succeeds with PyTensor's own (Python
 backend) result. Graphs are compiled with the rewrite pipeline and without it
@@ -21,9 +22,8 @@ Each test prints how many graphs it compared (``-s`` shows them).
 
 from __future__ import annotations
 
-import contextlib
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,7 +35,6 @@ from hypothesis import strategies as st
 from pytensor.compile.mode import JAX, Mode
 from pytensor.conditional.op import ifelse
 from pytensor.graph.basic import Variable
-from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.link.jax.linker import JAXLinker
 # Not Assert: importing pymc.sampling.jax registers a pass-through JAX lowering for
 # Assert (and tests share a process with the PyMC tests); CheckAndRaise is PyTensor's own.
@@ -43,8 +42,7 @@ from pytensor.raise_op import CheckAndRaise
 
 from gpubackend.conformance.catalogue import CaseGraph, select_cases
 from gpubackend.conformance.strategies import build_generated, graph_specs
-from gpubackend.dispatch.jax.replacements import REPLACED
-from gpubackend.registration import REWRITE_TAG
+from gpubackend.registration import REWRITE_TAG, using_lowerings
 
 TOLERANCE = 1e-12
 REWRITES = {True: JAX.provided_optimizer, False: None}
@@ -58,18 +56,6 @@ def _settings(max_examples: int):
         derandomize=True,
         suppress_health_check=list(HealthCheck),
     )
-
-
-@contextlib.contextmanager
-def stock_registrations() -> Iterator[None]:
-    """PyTensor's own lowerings on the global registry, for the duration of one stock compile."""
-    for op_type, replacement in REPLACED.items():
-        jax_funcify.register(op_type, replacement.stock)
-    try:
-        yield
-    finally:
-        for op_type, replacement in REPLACED.items():
-            jax_funcify.register(op_type, replacement.ours)
 
 
 @dataclass
@@ -97,7 +83,7 @@ def _run(inputs, outputs, values, optimizer) -> Outcome:
 
 def stock_outcome(inputs, outputs, values, rewrite: bool) -> Outcome:
     optimizer = (REWRITES[True] if rewrite else Mode(JAXLinker(), None).provided_optimizer).excluding(REWRITE_TAG)
-    with stock_registrations():
+    with using_lowerings("stock"):
         return _run(inputs, outputs, values, optimizer)
 
 

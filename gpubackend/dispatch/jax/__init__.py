@@ -6,7 +6,7 @@ Importing this package imports no module of it (and so not jax):
 
 
 def register_lowerings() -> None:
-    """Import every lowering module: each registers its lowerings on ``jax_funcify`` as it is imported.
+    """Import every lowering module: each registers its lowerings on ``jax_funcify`` on import.
 
     A lowering module imported before PyTensor's JAX dispatch loads that
     dispatch itself, which runs this while the module is still importing: it

@@ -83,7 +83,7 @@ def _funcify_node(op, node: Apply | None = None, **kwargs) -> Callable:
 
 @replaces(FunctionGraph, FrozenFunctionGraph)
 def jax_funcify_FunctionGraph(fgraph, node=None, fgraph_name: str = "jax_funcified_fgraph", **kwargs: Any) -> Callable:
-    """The graph's function; for a linker that reads back, how it is called goes on `LoweringContext.read_back`."""
+    """The graph's function; for a linker that reads back, how to call it goes on its context."""
     context = lowering_context(kwargs)
     squeezed = kwargs.get("squeeze_output", False) and len(fgraph.outputs) == 1
     # Every lowering below this graph lowers an inner graph: none of them is read back.

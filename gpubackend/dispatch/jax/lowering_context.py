@@ -25,7 +25,7 @@ CONTEXT_KEYWORD = "gpubackend_context"
 
 @dataclass
 class ReadBack:
-    """What the top graph's lowering tells the linker that reads back (JAX_GPU) about the function it returns."""
+    """What the top graph's lowering tells a linker that reads back (JAX_GPU) about its function."""
 
     plan: HostReadPlan | None = None
     """How a call of the function reads back what only the data settle (`while_scan.host`); None, as
@@ -35,8 +35,8 @@ class ReadBack:
 @dataclass(frozen=True)
 class LoweringContext:
     read_back: ReadBack | None = field(default=None, compare=False)
-    """Given where the linker owns the call and reads back what only the data settle (JAX_GPU): the top
-    graph's lowering records there how its function is called. None for an inner graph."""
+    """Given where the linker owns the call and reads back what only the data settle (JAX_GPU):
+    the top graph's lowering records there how its function is called. None for an inner graph."""
 
     nested: bool = False
     """The graph being lowered is the inner graph of another op."""

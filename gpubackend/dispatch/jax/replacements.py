@@ -1,4 +1,4 @@
-"""The entries gpubackend puts on PyTensor's ``jax_funcify``: one per op type it replaces, choosing a lowering.
+"""gpubackend's entries on PyTensor's ``jax_funcify``: one per op type it replaces, each choosing.
 
 Each replacement keeps the lowering it displaces (PyTensor's own) by reference
 (`Replacement.stock`) and is meant as a strict superset of it: where the stock
@@ -33,14 +33,14 @@ class Replacement:
     stock: Callable
     """The lowering registered before gpubackend's: PyTensor's own."""
     ours: Callable
-    """What gpubackend registered: its lowering where gpubackend's are selected, `stock` otherwise."""
+    """What gpubackend registered: its lowering where gpubackend's are selected, else `stock`."""
 
 
 REPLACED: dict[type, Replacement] = {}
 
 
 def replaces(*op_types: type) -> Callable[[Callable], Callable]:
-    """Register the decorated function as gpubackend's lowering of ``op_types``, beside the stock one.
+    """Register the decorated function as gpubackend's lowering of ``op_types``, beside stock's.
 
     Importing PyTensor's JAX dispatch package here makes sure the stock
     lowerings are registered before they are kept.
@@ -51,7 +51,7 @@ def replaces(*op_types: type) -> Callable[[Callable], Callable]:
 
         for op_type in op_types:
             if op_type in REPLACED:
-                raise RuntimeError(f"gpubackend already replaces the JAX lowering of {op_type.__name__}")
+                raise RuntimeError(f"gpubackend replaces {op_type.__name__}'s lowering twice")
             stock = jax_funcify.dispatch(op_type)
             REPLACED[op_type] = Replacement(stock, _selecting(lowering, stock))
             jax_funcify.register(op_type, REPLACED[op_type].ours)
@@ -71,5 +71,5 @@ def _selecting(ours: Callable, stock: Callable) -> Callable:
 
 
 def stock_lowering(op_type: type) -> Callable:
-    """PyTensor's own lowering of ``op_type``; what it lowers inside goes through ``jax_funcify`` as always."""
+    """PyTensor's own lowering of ``op_type`` (it lowers inner graphs through ``jax_funcify``)."""
     return REPLACED[op_type].stock

@@ -51,7 +51,10 @@ class HostReads(NamedTuple):
 
 @dataclass(frozen=True)
 class HostReadPlan:
-    """How to call a graph's function that reads back: ``fn(step_counts, *inputs) -> (outputs, HostReads)``."""
+    """How to call a graph's function that reads back, ``fn(step_counts, *inputs)``.
+
+    It returns ``(outputs, HostReads)``.
+    """
 
     checks: tuple[RuntimeCheck, ...] = ()
     """What each nonzero error code raises."""
@@ -66,7 +69,7 @@ class HostReadPlan:
 
 
 class SplitLadder:
-    """A graph's function with a continuation, jitted: the lower rungs, then the higher ones only on overflow.
+    """A graph function and continuation, jitted: the lower rungs, then the higher ones on overflow.
 
     Both need the call's inputs, so the lower rungs donate nothing while a
     continuation may follow. A graph whose ladder has no higher rung (for the
@@ -103,7 +106,7 @@ def _signature(value):
 
 
 class HostReadingFunction:
-    """Call a graph's jitted function (or its `SplitLadder`), reading what it returns for the host at most once per run."""
+    """Call a graph's jitted function (or its `SplitLadder`), reading back at most once per run."""
 
     def __init__(self, run: Callable, plan: HostReadPlan):
         self._run = run

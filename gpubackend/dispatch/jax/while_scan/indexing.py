@@ -188,7 +188,8 @@ def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
     if isinstance(leading, slice):
         run_time_slice = input_kinds[0] == "array" or "int" in _slice_bound_kinds(leading, input_kinds, 1)
         if not run_time_slice:
-            return _plain_subtensor(op, jax_funcify(op, node=node, **kwargs), index_kinds, later_checks)
+            fn = jax_funcify(op, node=node, **kwargs)
+            return _plain_subtensor(op, fn, index_kinds, later_checks)
         checks = later_checks + ((ZERO_STEP,) if leading.step is not None else ())
 
         def sliced(x, *index_inputs):
