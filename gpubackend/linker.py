@@ -166,41 +166,34 @@ class JAXGPULinker(DispatchingJAXLinker):
 
         from gpubackend.dispatch.jax.while_scan.host import HostReadingFunction, SplitLadder
 
-        updated = set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs)
-        plan = self.context.read_back.plan
-        if plan is None:
-            # The graph's plain function: nothing to read back.
-            return jax.jit(
-                fn,
-                static_argnums=self.scalar_shape_inputs,
-                donate_argnums=tuple(sorted(updated)),
-                out_shardings=self.placement.output_sharding,
-            )
-        # ``fn(step_counts, *inputs)``, step counts static.
-        # A graph specialised on step counts may run twice on the same inputs: it donates nothing.
-        static = tuple(position + 1 for position in self.scalar_shape_inputs)
-        donated = () if plan.n_specialised else tuple(sorted(position + 1 for position in updated))
-
-        def jitted(graph_fn, donate_argnums=()):
+        def jitted(graph_fn, static_argnums: tuple[int, ...], donate_argnums: tuple[int, ...] = ()):
             return jax.jit(
                 graph_fn,
-                static_argnums=(0, *static),
+                static_argnums=static_argnums,
                 donate_argnums=donate_argnums,
                 out_shardings=self.placement.output_sharding,
             )
 
+        updated = tuple(sorted(set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs)))
+        plan = self.context.read_back.plan
+        if plan is None:
+            # The graph's plain function: nothing to read back.
+            return jitted(fn, self.scalar_shape_inputs, updated)
+        # ``fn(step_counts, *inputs)``, step counts static.
+        # A graph specialised on step counts may run twice on the same inputs: it donates nothing.
+        static = (0, *_shifted(self.scalar_shape_inputs, 1))
+        donated = () if plan.n_specialised else _shifted(updated, 1)
         if plan.continuation is None:
-            return HostReadingFunction(jitted(fn, donated), plan)
+            return HostReadingFunction(jitted(fn, static, donated), plan)
         # The continuation takes (outputs, reads, overflow, *inputs) and donates what the graph would.
-        higher = jax.jit(
-            plan.continuation,
-            static_argnums=tuple(position + 2 for position in static),
-            donate_argnums=tuple(position + 2 for position in donated),
-            out_shardings=self.placement.output_sharding,
-        )
-        return HostReadingFunction(SplitLadder(jitted(fn), jitted(fn, donated), higher), plan)
+        higher = jitted(plan.continuation, _shifted(static[1:], 2), _shifted(donated, 2))
+        return HostReadingFunction(SplitLadder(jitted(fn, static), jitted(fn, static, donated), higher), plan)
 
     def __repr__(self) -> str:
         if self.devices_spec is not None:
             return f"{type(self).__name__}(devices={self.devices_spec!r}, shard={self.shard!r})"
         return f"{type(self).__name__}(device={self.device_spec!r})"
+
+
+def _shifted(positions: tuple[int, ...], by: int) -> tuple[int, ...]:
+    return tuple(position + by for position in positions)
