@@ -28,8 +28,8 @@ class ReadBack:
     """What the top graph's lowering tells a linker that reads back (JAX_GPU) about its function."""
 
     plan: HostReadPlan | None = None
-    """How a call of the function reads back what only the data settle (`while_scan.host`); None, as
-    left where the graph has nothing of the kind: the function is the graph's plain one."""
+    """How a call of the function reads back what only the data settle (`while_scan.host`). None
+    where the graph has nothing to read back: the function is then the graph's plain one."""
 
 
 @dataclass(frozen=True)
