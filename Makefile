@@ -60,8 +60,8 @@ constraints:
 	"$$(tools/find-python.sh)" -m venv "$$scratch/venv" && \
 	"$$scratch/venv/bin/python" -m pip install -q --upgrade pip && \
 	"$$scratch/venv/bin/python" -m pip install -q ".[conformance,test]" && \
-	{ echo "# The versions CI tested: written by \`make constraints\` with" \
-	    "$$("$$scratch/venv/bin/python" -c 'import platform; print("Python", platform.python_version())')."; \
+	{ echo "# The versions CI tested: written by \`make constraints\` with Python" \
+	    "$$("$$scratch/venv/bin/python" -c 'import platform; print(platform.python_version())')."; \
 	  echo "# Edit pyproject.toml's ranges, not this file."; \
 	  "$$scratch/venv/bin/python" -m pip freeze --exclude gpubackend; } > $(CONSTRAINTS)
 	@echo "wrote $(CONSTRAINTS)"

@@ -112,7 +112,8 @@ def pinned_versions() -> dict[str, str]:
 
 def test_constraints_pin_every_requirement_within_its_range():
     """A range edited in pyproject.toml without `make constraints` would leave CI on a stale pin,
-    or make the install unsatisfiable. The cuda extras are not pinned (README, "Pinned versions")."""
+    or make the install unsatisfiable. The cuda extras are not pinned (README, "Pinned
+    versions")."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     pins = pinned_versions()
