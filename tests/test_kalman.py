@@ -30,13 +30,7 @@ from tests.pymc_models import (
     ConvergentKalmanFilter,
     local_level_system,
 )
-from tests.test_pymc import (
-    LOGP_PATHS,
-    REFERENCE_LOGP_PATHS,
-    case_params,
-    compiled_logp_dlogp,
-    model,
-)
+from tests.test_pymc import LOGP_PATHS, REFERENCE_LOGP_PATHS, compiled_logp_dlogp, model
 
 # The convergent filter's error is the gain frozen a step or so before the fixed point:
 # a covariance off by about RICCATI_TOL over the remaining steps, far above rounding.
@@ -93,7 +87,7 @@ def model_reference(sigmas: tuple[float, float]) -> tuple[float, np.ndarray]:
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("case_name", case_params(RTOL))
+@pytest.mark.parametrize("case_name", list(RTOL))
 def test_logp_and_gradient_match_numpy_kalman_filter(case_name: str, path: str) -> None:
     m = model(case_name)
     assert [rv.name for rv in m.free_RVs] == ["sigma_state", "sigma_obs"]

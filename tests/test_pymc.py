@@ -60,21 +60,9 @@ def expected_failure(case_name: str, path: str) -> str | None:
     return None
 
 
-def same_worker(case_name: str) -> pytest.MarkDecorator:
-    """Under ``--dist loadgroup`` (pyproject's addopts) a case's tests, here and in
-    tests/test_kalman.py, run in one worker, which builds, compiles and samples what they
-    share (the cached functions below) once."""
-    return pytest.mark.xdist_group(case_name)
-
-
-def case_params(case_names) -> list:
-    return [pytest.param(name, marks=same_worker(name), id=name) for name in case_names]
-
-
 def cell(case_name: str, path: str):
     reason = expected_failure(case_name, path)
     marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    marks.append(same_worker(case_name))
     return pytest.param(case_name, path, marks=marks, id=f"{case_name}-{path}")
 
 
@@ -177,7 +165,7 @@ def map_estimate(case_name: str, mode: str) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case_name", case_params(CASES))
+@pytest.mark.parametrize("case_name", list(CASES))
 def test_find_map(case_name: str, mode: str) -> None:
     case, m = CASES[case_name], model(case_name)
     found = map_estimate(case_name, mode)
@@ -204,7 +192,7 @@ def _posterior_draws(case: PyMCCase, m: pm.Model) -> xr.Dataset:
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case_name", case_params(CASES))
+@pytest.mark.parametrize("case_name", list(CASES))
 def test_posterior_predictive(case_name: str, mode: str) -> None:
     case, m = CASES[case_name], model(case_name)
     posterior = _posterior_draws(case, m)
@@ -263,6 +251,7 @@ def compiled_logp_dlogp(case_name: str, path: str):
     tests here and in tests/test_kalman.py that evaluate them share them."""
     return (LOGP_PATHS | REFERENCE_LOGP_PATHS)[path](model(case_name))
 
+
 def fixed_points(m: pm.Model) -> list[dict[str, np.ndarray]]:
     """The initial point and two points moved off it, in the value (transformed) space."""
     start = m.initial_point()
@@ -276,7 +265,7 @@ def numba_logp_at_points(case_name: str) -> list[tuple[float, np.ndarray]]:
 
 
 @pytest.mark.parametrize("path", list(LOGP_PATHS))
-@pytest.mark.parametrize("case_name", case_params(CASES))
+@pytest.mark.parametrize("case_name", list(CASES))
 def test_logp_and_gradient_match_numba(case_name: str, path: str) -> None:
     case, m = CASES[case_name], model(case_name)
     logp, dlogp = compiled_logp_dlogp(case_name, path)
