@@ -21,21 +21,21 @@ import time
 
 os.environ.setdefault("GPUBACKEND_DEVICE", "cpu")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optimistix as optx  # noqa: E402
-import pytensor  # noqa: E402
-import pytensor.tensor as pt  # noqa: E402
-from pytensor.compile.builders import OpFromGraph  # noqa: E402
-from pytensor.compile.mode import Mode  # noqa: E402
-from pytensor.graph.replace import vectorize_graph  # noqa: E402
-from pytensor.scan.utils import until  # noqa: E402
-from pytensor.tensor.optimize import minimize  # noqa: E402
-from _timing import median_seconds, print_ratio_table  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+import pytensor
+import pytensor.tensor as pt
+from _timing import median_seconds, print_ratio_table
+from pytensor.compile.builders import OpFromGraph
+from pytensor.compile.mode import Mode
+from pytensor.graph.replace import vectorize_graph
+from pytensor.scan.utils import until
+from pytensor.tensor.optimize import minimize
 
-import gpubackend  # noqa: E402
-from gpubackend.mode import stock_jax_mode  # noqa: E402
+import gpubackend
+from gpubackend.mode import stock_jax_mode
 
 NEWTON_TOL = 1e-9
 BFGS_TOL = 1e-8

@@ -46,12 +46,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 # Before numpy loads OpenBLAS; the workers inherit it (see the module docstring).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -328,8 +329,10 @@ def _family(problem: str) -> str:
 
 
 def _outputs_wanted(plan_solver: str, op) -> str:
-    from gpubackend.dispatch.numba.optimize import NATIVE_SOLVERS  # first: it registers PyTensor's Numba dispatch
     from gpubackend.dispatch.numba import optimize_problem as adapters
+    from gpubackend.dispatch.numba.optimize import (
+        NATIVE_SOLVERS,  # first: it registers PyTensor's Numba dispatch
+    )
 
     adapter, _ = NATIVE_SOLVERS[(type(op), plan_solver)]
     return {
@@ -348,7 +351,7 @@ def floor_calls() -> dict[str, tuple[Callable[[], object], Callable[[], int]]]:
     from gpubackend.dispatch.numba.optimize_plan import solver_plan
 
     problems = hand_written_problems()
-    calls = {}
+    calls: dict[str, tuple[Callable[[], object], Callable[[], int]]] = {}
     for case in CASES:
         if case.grad:
             continue
@@ -360,15 +363,14 @@ def floor_calls() -> dict[str, tuple[Callable[[], object], Callable[[], int]]]:
         settings = plan.settings
         parameter = a if a.ndim else float(a)
         counter = np.zeros(1, dtype=np.int64)
+        call: Callable[[], object]
         if x0.ndim:
-            floor = _vector_floor(solve, settings)
-            call = lambda floor=floor, x0=x0, args=(parameter, counter): floor(x0, args)  # noqa: E731
+            call = partial(_vector_floor(solve, settings), x0, (parameter, counter))
         else:
             interval = dict(case.kwargs).get("bracket", dict(case.kwargs).get("bounds"))
             interval = np.asarray(interval if interval is not None else [], dtype=np.float64)
-            floor = _scalar_floor(solve, settings)
-            call = lambda floor=floor, x0=float(x0), args=(parameter, counter), i=interval: floor(x0, args, i)  # noqa: E731
-        calls[case.name] = (call, lambda call=call, counter=counter: _count_one(call, counter))
+            call = partial(_scalar_floor(solve, settings), float(x0), (parameter, counter), interval)
+        calls[case.name] = (call, partial(_count_one, call, counter))
     return calls
 
 
@@ -575,8 +577,8 @@ def bfgs_floor_rows(repeats: int, budget_s: float, ours: dict[str, float]) -> li
         maxiter = 200 * x0.shape[0]
         counter = np.zeros(1, dtype=np.int64)
         args = (float(a), counter)
-        ours_call = lambda f=_vector_floor(solver, settings), x0=x0, args=args: f(x0, args)  # noqa: E731
-        hand_call = lambda x0=x0, args=args, maxiter=maxiter, gtol=settings.gtol: hand_written(x0, args, gtol, maxiter)  # noqa: E731
+        ours_call = partial(_vector_floor(solver, settings), x0, args)
+        hand_call = partial(hand_written, x0, args, settings.gtol, maxiter)
         for call in (ours_call, hand_call):
             assert call()[1], f"{case.name}: a floor did not converge"
         ours_s = median_call_seconds(ours_call, repeats, budget_s)

@@ -47,17 +47,17 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("GPUBACKEND_DEVICE", "cpu:1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import arviz  # noqa: E402
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import pymc as pm  # noqa: E402
-from _timing import format_seconds, median_seconds  # noqa: E402
-from pymc.sampling.jax import get_jaxified_logp  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import arviz
+import jax
+import numpy as np
+import pymc as pm
+from _timing import format_seconds, median_seconds
+from pymc.sampling.jax import get_jaxified_logp
+from rich.console import Console
+from rich.table import Table
 
-import gpubackend  # noqa: E402
-from tests.pymc_models import CASES  # noqa: E402
+import gpubackend
+from tests.pymc_models import CASES
 
 # The while-Scan trace model needs a stock JAX linker to hold a data-dependent trace: not timed here.
 BENCHMARKED = ["ofg_reused", "scan_length_from_data", "while_scan_last", "optimize_starts", "minimize_blockwise", "censored_gamma"]

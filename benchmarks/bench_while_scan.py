@@ -38,16 +38,16 @@ from pathlib import Path
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 os.environ.setdefault("GPUBACKEND_DEVICE", "cpu:1")
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import pytensor  # noqa: E402
-import pytensor.tensor as pt  # noqa: E402
-from _timing import format_seconds  # noqa: E402
-from pytensor.scan.utils import until  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import jax
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from _timing import format_seconds
+from pytensor.scan.utils import until
+from rich.console import Console
+from rich.table import Table
 
-import gpubackend  # noqa: E402
+import gpubackend
 
 WIDTH = 400
 MAX_STEPS = 100

@@ -35,7 +35,6 @@ from gpubackend.devices import describe_device, visible_devices
 from gpubackend.introspection import compiled_graph
 from gpubackend.mode import jax_gpu_mode
 
-
 QUICK_CASES = (
     "scan_while_until",
     "scan_last_value",
@@ -88,7 +87,7 @@ def run_demo(backend: str, mode: Mode, device: jax.Device | None) -> DemoRun:
             with jax.transfer_guard("disallow_explicit"):
                 out = fn(x_value)
             resident_call = "no transfer (checked with transfer_guard)"
-        except Exception as error:  # the guard's error type differs across JAX versions
+        except Exception as error:  # noqa: BLE001  the guard's error type differs across JAX versions
             out = fn(x_value)
             resident_call = f"transferred: {str(error).splitlines()[0][:60]}"
     else:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import ContextManager
 
 import jax
 from pytensor.compile.mode import Mode, get_mode
@@ -24,14 +24,14 @@ class Backend:
     """Outputs must stay on the target device, and warm calls must not transfer."""
     bakes_inplace: bool
     """Its baking rules destroy internal buffers of inner graphs (checked by ``baked``)."""
-    device_scope: Callable[[str], ContextManager]
+    device_scope: Callable[[str], AbstractContextManager]
 
 
-def _no_scope(device: str) -> ContextManager:
+def _no_scope(device: str) -> AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def _default_device_scope(device: str) -> ContextManager:
+def _default_device_scope(device: str) -> AbstractContextManager:
     return jax.default_device(resolve_device(device))
 
 

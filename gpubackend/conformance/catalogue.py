@@ -16,11 +16,11 @@ import pytensor
 import pytensor.scalar as ps
 import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
+from pytensor.conditional.op import ifelse
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import vectorize_graph
-from pytensor.conditional.op import ifelse
-from pytensor.scan import until
 from pytensor.scalar.loop import ScalarLoop
+from pytensor.scan import until
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.optimize import minimize, minimize_scalar, root, root_scalar
 

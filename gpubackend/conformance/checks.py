@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import cache, partial
 
 import jax
 import jax.numpy as jnp
@@ -210,7 +210,7 @@ def _gated(value: jax.Array) -> jax.Array:
     return _wait_then_pass(value, _gate_rounds(next(iter(value.devices()))))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gate_rounds(device: jax.Device) -> int:
     """Rounds of the wait that take about `_GATE_TARGET_SECONDS` on ``device``."""
     probe = jax.device_put(np.zeros((), np.float32), device)

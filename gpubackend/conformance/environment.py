@@ -11,7 +11,6 @@ import pytensor
 from gpubackend.conformance.checks import error_summary
 from gpubackend.devices import describe_device, is_simulated, resolve_device
 
-
 PACKAGES = ("pytensor", "jax", "jaxlib", "numba", "numpy", "pymc", "gpubackend")
 """The packages whose versions a report records (PyMC: the while-Scan differential's jaxified path)."""
 

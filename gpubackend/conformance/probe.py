@@ -77,7 +77,7 @@ class RewriteFreeProbe:
                 setattr(FunctionMaker, name, wrap(method))
             graph_init = FunctionGraph.__dict__["__init__"]
             originals.append((FunctionGraph, "__init__", graph_init))
-            setattr(FunctionGraph, "__init__", self._counting_graph_init(graph_init))
+            FunctionGraph.__init__ = self._counting_graph_init(graph_init)
             yield self
         finally:
             for cls, name, method in reversed(originals):

@@ -12,7 +12,17 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from gpubackend.conformance.results import CRASH, FAIL, FAILING, OBJECT_MODE, PASS, STATUSES, UNSUPPORTED, CaseResult, Report
+from gpubackend.conformance.results import (
+    CRASH,
+    FAIL,
+    FAILING,
+    OBJECT_MODE,
+    PASS,
+    STATUSES,
+    UNSUPPORTED,
+    CaseResult,
+    Report,
+)
 
 BASENAME = "conformance"
 

@@ -35,7 +35,16 @@ from gpubackend.conformance.fingerprint import fingerprint
 from gpubackend.conformance.probe import CALL, RewriteFreeProbe
 from gpubackend.conformance.progress import progress_display
 from gpubackend.conformance.reports import print_summary, write_reports
-from gpubackend.conformance.results import CRASH, FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
+from gpubackend.conformance.results import (
+    CRASH,
+    FAIL,
+    OBJECT_MODE,
+    PASS,
+    UNSUPPORTED,
+    CaseResult,
+    CheckResult,
+    Report,
+)
 from gpubackend.conformance.worker import describe_exit, run_in_workers
 
 REFERENCE_MODE = "FAST_COMPILE"

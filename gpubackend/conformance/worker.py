@@ -26,10 +26,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-Item = TypeVar("Item")
-Result = TypeVar("Result")
+from typing import Any
 
 WORKER_COMMAND = "from gpubackend.conformance.worker import main; main()"
 """Not ``-m``: the package imports this module already, and runpy warns about running it twice."""
@@ -45,7 +42,7 @@ class Job:
     items: list
 
 
-def run_in_workers(
+def run_in_workers[Item, Result](
     items: Sequence[Item],
     run: Callable[[Item], Result],
     on_crash: Callable[[Item, int, str], Result],
@@ -79,7 +76,7 @@ def run_in_workers(
     return results
 
 
-def _receive(worker: subprocess.Popen, expected: int, on_result: Callable[[Result], None]) -> list[Result]:
+def _receive[Result](worker: subprocess.Popen, expected: int, on_result: Callable[[Result], None]) -> list[Result]:
     received = []
     while len(received) < expected:
         try:

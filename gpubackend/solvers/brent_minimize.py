@@ -18,7 +18,7 @@ def make_brent_minimize(fun: Callable) -> Callable:
     @solver_njit
     def solve(args, x0, bracket, settings):
         xtol, maxiter = settings.xtol, settings.maxiter
-        valid, xa, xb, xc, fa, fb, fc = find_bracket(args, bracket)
+        valid, xa, xb, xc, _fa, fb, _fc = find_bracket(args, bracket)
         if not valid:
             return xb, False
         x = w = v = xb

@@ -24,7 +24,12 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor, IncSubtensor, indices_from_subtensor
+from pytensor.tensor.subtensor import (
+    AdvancedIncSubtensor,
+    AdvancedSubtensor,
+    IncSubtensor,
+    indices_from_subtensor,
+)
 
 from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
 from gpubackend.errors import DataDependentLengthError

@@ -26,7 +26,14 @@ from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.lengths import integer_dimshuffle, integer_elemwise
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
-from gpubackend.dispatch.jax.while_scan.values import Bounded, BoundedInt, known_equal, valid_rows, value_of, with_capacity
+from gpubackend.dispatch.jax.while_scan.values import (
+    Bounded,
+    BoundedInt,
+    known_equal,
+    valid_rows,
+    value_of,
+    with_capacity,
+)
 
 LENGTHS_DIFFER = "operands of run-time lengths that differ (PyTensor does not broadcast at run time)"
 

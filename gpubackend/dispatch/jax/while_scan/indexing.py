@@ -20,9 +20,9 @@ import numpy as np
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, indices_from_subtensor
 
 from gpubackend.dispatch.jax.replacements import jax_gpu_funcify
+from gpubackend.dispatch.jax.while_scan.arrays import same_length
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
-from gpubackend.dispatch.jax.while_scan.arrays import same_length
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
     BoundedInt,
@@ -203,7 +203,7 @@ def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
             return NodeResult(result, tuple(oks))
 
         return BoundedLowering(sliced, ("array" if run_time_slice else None,), checks)
-    checks = (_out_of_range(op),) + later_checks
+    checks = (_out_of_range(op), *later_checks)
 
     def at_position(x, *index_inputs):
         buffer, length = as_bounded(x)

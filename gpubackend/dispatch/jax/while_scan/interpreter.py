@@ -30,7 +30,13 @@ from gpubackend.dispatch.jax.while_scan.checks import NodeResult, first_failure
 from gpubackend.dispatch.jax.while_scan.plan import BoundedPlan, ExactLengthsNeeded
 from gpubackend.dispatch.jax.while_scan.refusals import unbounded_step_count
 from gpubackend.dispatch.jax.while_scan.traces import specialised_scan
-from gpubackend.dispatch.jax.while_scan.values import Bounded, BoundedInt, as_kind, is_traced, with_capacity
+from gpubackend.dispatch.jax.while_scan.values import (
+    Bounded,
+    BoundedInt,
+    as_kind,
+    is_traced,
+    with_capacity,
+)
 from gpubackend.errors import DataDependentLengthError
 
 FIRST_CAPACITY = 16

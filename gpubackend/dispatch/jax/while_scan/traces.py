@@ -17,9 +17,23 @@ import jax.numpy as jnp
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult
-from gpubackend.dispatch.jax.while_scan.loop import LoopResult, Trace, is_static, possibly_trimmed_traces, rotated, scan_loop
+from gpubackend.dispatch.jax.while_scan.loop import (
+    LoopResult,
+    Trace,
+    is_static,
+    possibly_trimmed_traces,
+    rotated,
+    scan_loop,
+)
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
-from gpubackend.dispatch.jax.while_scan.values import Bounded, Kind, bounds_of, known_value, length_between, value_of
+from gpubackend.dispatch.jax.while_scan.values import (
+    Bounded,
+    Kind,
+    bounds_of,
+    known_value,
+    length_between,
+    value_of,
+)
 
 
 def untrimmed_outputs(loop: LoopResult) -> list:
