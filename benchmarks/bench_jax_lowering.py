@@ -95,7 +95,7 @@ def bfgs_rosenbrock(batch: int, repeats: int) -> tuple[float, float]:
     fn = pytensor.function([batch_x, batch_shift], batched, mode="JAX_GPU")
     fn.trust_input = True
 
-    solver = optx.BFGS(rtol=BFGS_TOL, atol=BFGS_TOL)
+    solver: optx.BFGS = optx.BFGS(rtol=BFGS_TOL, atol=BFGS_TOL)
 
     @jax.jit
     def hand_written(x0, shifts):

@@ -127,7 +127,9 @@ def nutpie_path(model: pm.Model, backend: str, draws: int, chains: int = CHAINS)
     return build, sample
 
 
-def numpyro_vectorized(model: pm.Model, draws: int, chains: int = CHAINS, device: jax.Device | None = None):
+def numpyro_vectorized(
+    model: pm.Model, draws: int, chains: int = CHAINS, device: jax.Device | None = None
+) -> tuple[Callable[[], object], Callable[[object, int], float]]:
     """numpyro's NUTS kernel on the model's jaxified logp, chains vectorized, warmup and draws in one jitted function.
 
     numpyro's ``MCMC.run`` (and so ``pm.sample(nuts_sampler="numpyro")``)
@@ -238,11 +240,10 @@ def sampling_rows(name: str, model: pm.Model, draws: int, repeats: int) -> list[
         if isinstance(t, str):
             rows.append([name, path, t, "—", "—", "—", "—"])
             continue
-        compared = isinstance(baseline, PathTiming)
         rows.append([
             name, path, format_seconds(t.compile_seconds), format_seconds(t.sampling_seconds), f"{t.ess_per_second:.0f}",
-            f"{t.ess_per_second / baseline.ess_per_second:.2f}x" if compared else "—",
-            f"{t.compile_seconds / baseline.compile_seconds:.2f}x" if compared else "—",
+            f"{t.ess_per_second / baseline.ess_per_second:.2f}x" if isinstance(baseline, PathTiming) else "—",
+            f"{t.compile_seconds / baseline.compile_seconds:.2f}x" if isinstance(baseline, PathTiming) else "—",
         ])
     return rows
 

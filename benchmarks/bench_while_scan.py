@@ -33,6 +33,7 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
@@ -150,11 +151,11 @@ def bound_sweep(device, repeat: int) -> None:
         for mode in SWEEP_MODES:
             fn = pytensor.function(inputs, gradient, mode=mode)
             values = resident if mode == "JAX_GPU" else [a, x0]
-            calls[mode, bound] = lambda fn=fn, values=values: fn(*values)
+            calls[mode, bound] = partial(fn, *values)
             if mode == "JAX_GPU":
                 reads[bound] = explicit_reads(fn, resident, device)
         floor = hand_written_gradient(bound)
-        calls["hand-written", bound] = lambda floor=floor: floor(*resident)
+        calls["hand-written", bound] = partial(floor, *resident)
     medians = interleaved_medians(calls, 10 * repeat)
     times: dict[str, dict[int, float]] = {mode: {} for mode in (*SWEEP_MODES, "hand-written")}
     for (mode, bound), seconds in medians.items():

@@ -169,7 +169,7 @@ class ResidentSharedCell:
         source, resident = self.device_copy
         # A copy this function donated in a call that failed before its update
         # was written back is uploaded again.
-        if value is not source or resident.is_deleted():
+        if value is not source or resident is None or resident.is_deleted():
             resident = self._on_device(value)
             self.device_copy = (value, resident)
         return resident

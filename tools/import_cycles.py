@@ -33,7 +33,7 @@ def module_names(package_dir: Path) -> dict[str, Path]:
 def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The package's modules that module ``name`` imports anywhere in its body."""
     is_package = path.name == "__init__.py"
-    imported = set()
+    imported: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             imported.update(alias.name for alias in node.names)

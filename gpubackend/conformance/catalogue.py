@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 import pytensor
@@ -403,7 +404,12 @@ def case_gammainc_grad_k() -> CaseGraph:
 # --- Optimize ops ---------------------------------------------------------------
 
 
-SOLVER_TOLERANCE = {"rtol": 1e-4, "atol": 1e-6}
+class Tolerance(TypedDict):
+    rtol: float
+    atol: float
+
+
+SOLVER_TOLERANCE = Tolerance(rtol=1e-4, atol=1e-6)
 
 
 def _quartic_objective(x: Variable, a: Variable) -> Variable:

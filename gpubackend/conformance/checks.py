@@ -165,8 +165,9 @@ def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> Host
         started = time.perf_counter()
         outputs = fn(*inputs)
         returned = time.perf_counter() - started
-        # A read of anything computed from the inputs had to wait for them.
-        waited = bool(gates) and all(gate.is_ready() for gate in gates)
+        # A read of anything computed from the inputs had to wait for them. (`jax.Array`'s
+        # annotations lack `is_ready`, which every concrete array has.)
+        waited = bool(gates) and all(gate.is_ready() for gate in gates)  # type: ignore[attr-defined]
     jax.block_until_ready(outputs)
     if not timed:
         return HostReads(explicit[0], "", "transfer guard")

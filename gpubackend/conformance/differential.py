@@ -418,7 +418,7 @@ class DifferentialReport:
         }
 
     def totals(self) -> dict[str, dict[str, int]]:
-        totals = {column: Counter() for column in self.columns}
+        totals: dict[str, Counter[str]] = {column: Counter() for column in self.columns}
         for result in self.results:
             for column, verdict in result.verdicts.items():
                 totals[column][verdict.status] += 1
@@ -499,6 +499,7 @@ def run_differential(
     pairs = mode_device_pairs(modes, devices)
     columns = [column_name(mode, device) for mode, device in pairs]
     # Per stream: its name, what a worker runs per spec, and what a worker's death gives.
+    streams: list[tuple[str, Callable[[WhileGraphSpec], Any], Callable[[WhileGraphSpec, int, str], Any]]]
     streams = [("reference", observe_reference, _reference_crash)]
     streams += [
         (column, partial(observe_mode, *pair), _mode_crash) for column, pair in zip(columns, pairs, strict=True)

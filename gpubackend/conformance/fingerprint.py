@@ -95,8 +95,8 @@ def describe_difference(before: Fingerprint, after: Fingerprint) -> str | None:
     """None when equal, else one line naming the first op that changed and how."""
     if before.keys() != after.keys():
         gone = [before[key].op_repr for key in before.keys() - after.keys()]
-        new = [after[key].op_repr for key in after.keys() - before.keys()]
-        return f"reachable inner-graph ops changed: lost {gone[:3]}, gained {new[:3]}"
+        gained = [after[key].op_repr for key in after.keys() - before.keys()]
+        return f"reachable inner-graph ops changed: lost {gone[:3]}, gained {gained[:3]}"
     for key, old in before.items():
         new = after[key]
         if old == new:

@@ -45,7 +45,7 @@ class PhaseCounts:
         return text
 
 
-def _subclasses(cls: type) -> Iterator[type]:
+def _subclasses[T](cls: type[T]) -> Iterator[type[T]]:
     yield cls
     for subclass in cls.__subclasses__():
         yield from _subclasses(subclass)

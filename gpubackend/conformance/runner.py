@@ -94,17 +94,18 @@ def run_on(prepared: PreparedCase, backend: Backend, device: str) -> CaseResult:
     result = CaseResult(case.name, case.family, backend.name, device, FAIL, batch_axes=case.batch_axes)
     started = time.perf_counter()
     try:
-        if prepared.graph is None:
+        if prepared.graph is None or prepared.reference is None:
             result.detail = prepared.error
             return result
-        _compile_call_and_check(prepared, backend, device, result)
+        _compile_call_and_check(case, prepared.graph, prepared.reference, backend, device, result)
         return result
     finally:
         result.seconds = round(time.perf_counter() - started, 3)
 
 
-def _compile_call_and_check(prepared: PreparedCase, backend: Backend, device: str, result: CaseResult) -> None:
-    case, graph = prepared.case, prepared.graph
+def _compile_call_and_check(
+    case: Case, graph: CaseGraph, reference: list[np.ndarray], backend: Backend, device: str, result: CaseResult
+) -> None:
     before = fingerprint(graph.outputs)
     probe = RewriteFreeProbe()
     with warnings.catch_warnings(record=True) as caught, backend.device_scope(device):
@@ -129,7 +130,7 @@ def _compile_call_and_check(prepared: PreparedCase, backend: Backend, device: st
                 result.detail = f"{stage}: {error_summary(error)}"
                 result.checks = [CheckResult(stage, False, error_summary(error))]
                 return
-    numerics = guarded("numerics", lambda: check_numerics(graph, prepared.reference, [first, second]))
+    numerics = guarded("numerics", lambda: check_numerics(graph, reference, [first, second]))
     result.checks = [
         numerics,
         guarded("canonical_intact", lambda: check_canonical_intact(graph, before)),

@@ -23,7 +23,7 @@ Each spec belongs to one class of issue 18's table (`case_class`): "1" to
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -210,11 +210,16 @@ class NoTruth(Exception):
     """numpy has no twin for this part of the graph (a gradient)."""
 
 
-class Ops(Protocol):
-    """What `evaluate_spec` needs beyond what PyTensor variables and numpy arrays share (indexing, ``.sum()``...)."""
+class DeclaresInputs(Protocol):
+    """What `declare_inputs` needs."""
 
     def input(self, name: str, dtype: str, ndim: int): ...
-    def constant(self, value: np.ndarray): ...
+
+
+class Ops(DeclaresInputs, Protocol):
+    """What `evaluate_spec` needs beyond what PyTensor variables and numpy arrays share (indexing, ``.sum()``...)."""
+
+    def constant(self, value: np.ndarray | np.generic): ...
     def while_loop(self, step: Callable, init, depth: int, n_steps, sequence=None, n_outputs: int = 1,
                    rng_seed: int | None = None) -> list:
         """The traces of ``step(sequence_entry, taps, noise) -> (outputs, stop)``, run until ``stop`` or for
@@ -251,8 +256,8 @@ class SymbolicOps:
     def while_loop(self, step, init, depth, n_steps, sequence=None, n_outputs=1, rng_seed=None):
         generator = None if rng_seed is None else pytensor.shared(np.random.default_rng(rng_seed), name="rng")
 
-        def body(*args):
-            args = list(args)
+        def body(*scan_args):
+            args = list(scan_args)
             sequence_entry = args.pop(0) if sequence is not None else None
             taps, rest = args[:depth], args[depth:]
             noise, next_generator = None, None
@@ -400,7 +405,7 @@ class NumericOps:
 # --- The graph of a spec ----------------------------------------------------------------------------------
 
 
-def declare_inputs(spec: WhileGraphSpec, ops: Ops) -> dict:
+def declare_inputs(spec: WhileGraphSpec, ops: DeclaresInputs) -> dict:
     """The spec's inputs, in the order the compiled function takes them."""
     loop, consumer = spec.loop, spec.consumer
     state, scalar = (1 if loop.width else 0), 0
@@ -722,37 +727,41 @@ class Target:
     reductions: tuple[str, ...] | None = None
 
 
-PLAIN = {"wrappers": ("none",), "chains": ("none",), "n_steps": ("constant", "input"), "rng": False}
+PLAIN = Target(wrappers=("none",), chains=("none",), n_steps=("constant", "input"), rng=False)
 """A consumer's target keeps the loop at the top level: the structural targets (9, 10, 12, rng) nest and chain."""
 
 TARGETS = (
-    Target(dtypes=("bool",), kinds=("reduce",), **PLAIN),  # 1
-    Target(kinds=("with_trace",), **PLAIN),  # 2
-    Target(kinds=("index",), **PLAIN),  # 3 and last-value
-    Target(kinds=("set_index",), **PLAIN),  # 4
-    Target(kinds=("set_slice",), **PLAIN),  # 5
-    Target(kinds=("check_length",), **PLAIN),  # 6
-    Target(dtypes=("int64",), kinds=("reduce",), reductions=("max", "min"), **PLAIN),  # 7
-    Target(kinds=("with_vector",), **PLAIN),  # 8 and 13
+    replace(PLAIN, dtypes=("bool",), kinds=("reduce",)),  # 1
+    replace(PLAIN, kinds=("with_trace",)),  # 2
+    replace(PLAIN, kinds=("index",)),  # 3 and last-value
+    replace(PLAIN, kinds=("set_index",)),  # 4
+    replace(PLAIN, kinds=("set_slice",)),  # 5
+    replace(PLAIN, kinds=("check_length",)),  # 6
+    replace(PLAIN, dtypes=("int64",), kinds=("reduce",), reductions=("max", "min")),  # 7
+    replace(PLAIN, kinds=("with_vector",)),  # 8 and 13
     Target(wrappers=WRAPPERS[1:], rng=False),  # 9
     Target(chains=CHAINS[1:], rng=False, wrappers=("none",)),  # 10
-    Target(kinds=("drop_last",), **PLAIN),  # 11
+    replace(PLAIN, kinds=("drop_last",)),  # 11
     Target(n_steps=("data",), rng=False, wrappers=("none",), chains=("none",)),  # 12
-    Target(kinds=("step_input",), **PLAIN),  # 12
-    Target(kinds=("zeros",), **PLAIN),  # 13
-    Target(kinds=("grad",), **PLAIN),  # gradient
+    replace(PLAIN, kinds=("step_input",)),  # 12
+    replace(PLAIN, kinds=("zeros",)),  # 13
+    replace(PLAIN, kinds=("grad",)),  # gradient
     Target(dtypes=("float64",), rng=True),  # rng
-    Target(dtypes=("float64",), kinds=("reduce",), **PLAIN),  # reduction
-    Target(kinds=("slice", "cumsum", "trace", "shape"), **PLAIN),
+    replace(PLAIN, dtypes=("float64",), kinds=("reduce",)),  # reduction
+    replace(PLAIN, kinds=("slice", "cumsum", "trace", "shape")),
 )
 """`draw_while_specs` spreads its draws over these, so that a few hundred graphs cover every class."""
 
+DEFAULT_DTYPES = ("float64", "float64", "float64", "int64", "bool")
+DEFAULT_WRAPPERS = ("none",) * 6 + WRAPPERS[1:]
+DEFAULT_CHAINS = ("none",) * 6 + CHAINS[1:]
+DEFAULT_N_STEPS = (N_STEPS[0],) * 3 + N_STEPS[1:]
 DEFAULT = Target(
-    dtypes=("float64", "float64", "float64", "int64", "bool"),
+    dtypes=DEFAULT_DTYPES,
     kinds=CONSUMERS,
-    wrappers=("none",) * 6 + WRAPPERS[1:],
-    chains=("none",) * 6 + CHAINS[1:],
-    n_steps=(N_STEPS[0],) * 3 + N_STEPS[1:],
+    wrappers=DEFAULT_WRAPPERS,
+    chains=DEFAULT_CHAINS,
+    n_steps=DEFAULT_N_STEPS,
 )
 """The default mix: repeated entries weigh a choice (hypothesis's ``sampled_from`` draws uniformly)."""
 
@@ -763,7 +772,7 @@ def _consumers_of(dtype: str) -> tuple[str, ...]:
 
 @st.composite
 def loop_specs(draw: st.DrawFn, target: Target = DEFAULT) -> LoopSpec:
-    dtypes = target.dtypes or DEFAULT.dtypes
+    dtypes = target.dtypes or DEFAULT_DTYPES
     # Only the dtypes whose traces the target's consumers can read.
     dtype = draw(st.sampled_from([d for d in dtypes if not target.kinds or set(target.kinds) & set(_consumers_of(d))]))
     recurrence = "nit-sot" if dtype == "bool" else draw(st.sampled_from(RECURRENCES))
@@ -773,7 +782,7 @@ def loop_specs(draw: st.DrawFn, target: Target = DEFAULT) -> LoopSpec:
         dtype=dtype,
         width=draw(st.sampled_from([0, 0, 1, 2, 3])),
         bound=draw(st.integers(3, 8)),
-        n_steps=draw(st.sampled_from(target.n_steps or DEFAULT.n_steps)),
+        n_steps=draw(st.sampled_from(target.n_steps or DEFAULT_N_STEPS)),
         sequence_extra=draw(st.sampled_from([0, 2])) if recurrence == "sequence" else 0,
         rng=rng,
     )
@@ -836,10 +845,10 @@ def while_graph_specs(draw: st.DrawFn, target: Target = DEFAULT) -> WhileGraphSp
     """A spec within ``target``'s choices; what a choice rules out (a gradient of an int64 trace, a random
     generator in a nested loop) is not drawn."""
     loop = draw(loop_specs(target))
-    wrappers = ("none",) if loop.rng else target.wrappers or DEFAULT.wrappers
+    wrappers = ("none",) if loop.rng else target.wrappers or DEFAULT_WRAPPERS
     wrapper = draw(st.sampled_from(wrappers))
     plain = loop.rng or loop.dtype != "float64" or wrapper != "none"
-    chain = draw(st.sampled_from(("none",) if plain else target.chains or DEFAULT.chains))
+    chain = draw(st.sampled_from(("none",) if plain else target.chains or DEFAULT_CHAINS))
     consumer = draw(consumer_specs(loop, wrapper != "none", target))
     early = st.integers(1, loop.bound - 1)
     stops = [draw(early), draw(early)]

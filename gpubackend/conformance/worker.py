@@ -26,7 +26,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 WORKER_COMMAND = "from gpubackend.conformance.worker import main; main()"
 """Not ``-m``: the package imports this module already, and runpy warns about running it twice."""
@@ -61,9 +61,11 @@ def run_in_workers[Item, Result](
                 [sys.executable, "-c", WORKER_COMMAND],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=_worker_environment(),
             )
+            # Popen's pipes are typed optional; they exist because PIPE was asked for.
+            assert worker.stdin is not None and worker.stdout is not None
             pickle.dump(Job(run, remaining), worker.stdin)
             worker.stdin.close()
-            finished = _receive(worker, len(remaining), on_result)
+            finished = _receive(worker.stdout, len(remaining), on_result)
             results += finished
             worker.stdout.close()
             returncode = worker.wait()
@@ -76,11 +78,13 @@ def run_in_workers[Item, Result](
     return results
 
 
-def _receive[Result](worker: subprocess.Popen, expected: int, on_result: Callable[[Result], None]) -> list[Result]:
-    received = []
+def _receive[Result](
+    worker_output: IO[bytes], expected: int, on_result: Callable[[Result], None]
+) -> list[Result]:
+    received: list[Result] = []
     while len(received) < expected:
         try:
-            result = pickle.load(worker.stdout)
+            result = pickle.load(worker_output)
         except (EOFError, pickle.UnpicklingError):
             break  # the worker died; the caller reports the case it was running
         on_result(result)

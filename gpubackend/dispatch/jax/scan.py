@@ -48,8 +48,8 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
     nit_sot_end = op.info.n_outer_inputs - op.info.n_non_seqs
     length_positions = (0, *range(nit_sot_end - op.info.n_nit_sot, nit_sot_end))
 
-    def for_scan_with_host_lengths(*outer_inputs):
-        outer_inputs = list(outer_inputs)
+    def for_scan_with_host_lengths(*given_inputs):
+        outer_inputs = list(given_inputs)
         for position in length_positions:
             outer_inputs[position] = _host_int(outer_inputs[position])
         return for_scan(*outer_inputs)

@@ -46,8 +46,10 @@ def jax_funcify_ARange(op: ARange, node=None, **kwargs) -> Callable:
         return stock_arange
 
     def arange(start, stop, step):
-        bounds = (_concrete(bound, ARANGE_CONCRETE_VALUE_ERROR).astype(op.dtype) for bound in (start, stop, step))
-        return jnp.arange(*bounds, dtype=op.dtype)
+        start, stop, step = (
+            _concrete(bound, ARANGE_CONCRETE_VALUE_ERROR).astype(op.dtype) for bound in (start, stop, step)
+        )
+        return jnp.arange(start, stop, step, dtype=op.dtype)
 
     return arange
 

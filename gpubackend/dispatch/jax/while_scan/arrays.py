@@ -29,6 +29,7 @@ from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_ja
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
     BoundedInt,
+    kinds,
     known_equal,
     valid_rows,
     value_of,
@@ -77,7 +78,7 @@ def _elemwise(op: Elemwise, node, input_kinds, **kwargs) -> BoundedLowering:
             return NodeResult(Bounded(outputs, length), tuple(oks))
         return NodeResult([Bounded(output, length) for output in outputs], tuple(oks))
 
-    return BoundedLowering(elementwise, ("array",) * len(node.outputs), checks)
+    return BoundedLowering(elementwise, kinds("array", len(node.outputs)), checks)
 
 
 @bounded_jax_funcify.register(DimShuffle)

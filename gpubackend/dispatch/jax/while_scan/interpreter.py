@@ -103,6 +103,7 @@ def _as_output(value, run_time_length: bool, static_length: int | None):
     if isinstance(value, BoundedInt):
         return value.value
     if isinstance(value, Bounded) and not run_time_length:
+        assert static_length is not None, "an output whose length is not a run-time one has a static one"
         return with_capacity(value.buffer, static_length)
     return value
 
@@ -244,7 +245,7 @@ def _rungs(run_at: Callable[[int], GraphRun]) -> tuple[list[int], bool]:
     capacities, with_code = [], False
     capacity = FIRST_CAPACITY
     while True:
-        seen = {}
+        seen: dict[str, bool] = {}
 
         def probe(capacity=capacity, seen=seen):
             result = run_at(capacity)

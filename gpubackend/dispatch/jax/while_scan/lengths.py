@@ -34,6 +34,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     bounds_of,
     common_tables,
     holds_always,
+    kinds,
     length_between,
     tabulated,
     value_of,
@@ -80,7 +81,7 @@ def _exact_bounds(scalar_op, boxes) -> tuple[np.ndarray, np.ndarray]:
 def integer_bounds(scalar_op, boxes, boolean: bool) -> tuple[np.ndarray, np.ndarray]:
     """The interval of ``scalar_op`` over the boxes of its integer arguments."""
     if isinstance(scalar_op, ps.Cast) and np.dtype(scalar_op.o_type.dtype).kind != "b":
-        ufunc = _CORNER_UFUNCS[ps.Identity]
+        ufunc: Callable | None = _CORNER_UFUNCS[ps.Identity]
     else:
         ufunc = _CORNER_UFUNCS.get(type(scalar_op))
     if ufunc is not None:
@@ -154,7 +155,7 @@ def _integer_scalar_op(scalar_op, fn, node) -> BoundedLowering:
             return tabulated_value or BoundedInt(value, *integer_bounds(scalar_op, boxes, booleans[0]))
         return [as_bounded_int(output) for output in value]
 
-    return BoundedLowering(bounded_integers, ("int",) * len(node.outputs))
+    return BoundedLowering(bounded_integers, kinds("int", len(node.outputs)))
 
 
 @bounded_jax_funcify.register(Shape_i)

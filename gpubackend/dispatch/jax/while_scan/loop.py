@@ -140,6 +140,7 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
         nit_rooms = [int(size.high) for size in nit_sizes]
         nit_sizes_in_loop: list[Any] = list(nit_sizes)
         limited = False
+        limit = n_high
         if capacity is not None and capacity < n_high:
             for position, (tap, slot) in enumerate(zip(taps, slots, strict=False)):
                 if trimmable[position] and tap.capacity > capacity + slot:
@@ -150,7 +151,8 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
                 if trimmable[n_taps + position] and room > capacity:
                     nit_rooms[position] = nit_sizes_in_loop[position] = capacity
                     limited = True
-        limit = min(n_high, capacity) if limited else n_high
+            if limited:
+                limit = capacity
 
 
         def wrapped(position, size, slot: int):
@@ -239,7 +241,7 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
             ]
             windows = windows_at(resume.steps_taken, grown[:n_taps])
             init = (resume.steps_taken, resume.stopped, mit_mot_buffers, grown[:n_taps], windows, grown[n_taps:], resume.untraced)
-        if reverse_differentiable:
+        if reverse_differentiable and max_steps is not None:
             final = _reverse_differentiable_loop(keep_going, body, init, max_steps)
         else:
             final = jax.lax.while_loop(keep_going, body, init)

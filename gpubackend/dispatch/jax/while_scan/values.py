@@ -22,6 +22,11 @@ Kind = Literal["array", "int"] | None
 """What a graph variable is while traced: `Bounded` ("array"), `BoundedInt` ("int") or an ordinary value (None)."""
 
 
+def kinds(kind: Kind, count: int) -> tuple[Kind, ...]:
+    """The kinds of ``count`` outputs of one kind."""
+    return (kind,) * count
+
+
 class Table(NamedTuple):
     """A run-time integer as a function of one traced length (its atom), listed for every value the atom can take."""
 
