@@ -135,7 +135,8 @@ def compile_and_first_call(mode: str | Mode, n_calls: int) -> float:
 
 
 def ofg_chain_compile_times(n_calls: int, rounds: int) -> tuple[float, float, float]:
-    """Medians for JAX_GPU, JAX, and PyTensor's own JAX lowerings, measured round-robin after a warm-up round."""
+    """Medians for JAX_GPU, JAX, and PyTensor's own JAX lowerings, measured round-robin after a
+    warm-up round."""
     measure = (
         lambda: compile_and_first_call("JAX_GPU", n_calls),
         lambda: compile_and_first_call("JAX", n_calls),

@@ -64,7 +64,8 @@ class Case:
     method: str
     problem: str
     kwargs: tuple = ()
-    """Extra keyword arguments of the PyTensor function (``jac``, ``hess``, ``bracket``, ``bounds``, ...)."""
+    """Extra keyword arguments of the PyTensor function (``jac``, ``hess``, ``bracket``, ``bounds``,
+    ...)."""
     options: tuple = ()
     """``optimizer_kwargs``."""
     grad: bool = False
@@ -176,8 +177,8 @@ def call_overhead_seconds(repeats: int, budget_s: float) -> float:
 
 
 def solve_times(repeats: int, budget_s: float) -> dict[str, float | None]:
-    """Per case, the median call; None where the call fails (stock PyTensor hands ``root(method="newton")``,
-    gpubackend's own method, to scipy, which has none)."""
+    """Per case, the median call; None where the call fails (stock PyTensor hands
+    ``root(method="newton")``, gpubackend's own method, to scipy, which has none)."""
     import warnings
 
     times: dict[str, float | None] = {}
@@ -192,7 +193,8 @@ def solve_times(repeats: int, budget_s: float) -> dict[str, float | None]:
 
 
 def compile_latency(name: str) -> float:
-    """Seconds to compile case ``name`` under NUMBA and make its first call (gpubackend imported)."""
+    """Seconds to compile case ``name`` under NUMBA and make its first call (gpubackend
+    imported)."""
     import warnings
 
     import pytensor
@@ -218,7 +220,7 @@ def run_worker(argv: list[str]) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-# --- Hand-written problems: the objective written inline, counting its evaluations in args[1][0] ---
+# --- Hand-written problems: the objective written inline, counting its evaluations in args[1][0] --
 
 
 def hand_written_problems() -> dict[tuple[str, str], Callable]:
@@ -405,7 +407,8 @@ def _count_one(call: Callable[[], object], counter: np.ndarray) -> int:
 
 
 def scipy_evaluations(case: Case) -> str:
-    """The number of calls scipy makes on ``case``, as PyTensor's object-mode ``perform`` calls it."""
+    """The number of calls scipy makes on ``case``, as PyTensor's object-mode ``perform`` calls
+    it."""
     import scipy.optimize as so
 
     _, outputs, (x0, a) = build_case(case)
@@ -564,7 +567,8 @@ def make_hand_written_bfgs(fun: Callable) -> Callable:
 
 
 def bfgs_floor_rows(repeats: int, budget_s: float, ours: dict[str, float]) -> list[tuple]:
-    """(case, our solver, hand-written, counts, PyTensor call) on the hand-written Rosenbrock objective."""
+    """(case, our solver, hand-written, counts, PyTensor call) on the hand-written Rosenbrock
+    objective."""
     from gpubackend.dispatch.numba.optimize_plan import solver_plan
     from gpubackend.solvers.bfgs import make_bfgs
 

@@ -1,4 +1,5 @@
-"""What a PyMC user asks before choosing a sampling path: compile time, logp+gradient cost, ESS per second.
+"""What a PyMC user asks before choosing a sampling path: compile time, logp+gradient cost, ESS per
+second.
 
 For each model of tests/pymc_models.py that stock JAX cannot lower, and that
 every timed path can run (the Kalman-filter models join once they exist),
@@ -14,14 +15,13 @@ this prints:
   ``MCMC.run`` and PyMC's ``pm.sample`` re-trace the chains' set-up every run).
 
 OpenBLAS runs on one thread (unless ``OPENBLAS_NUM_THREADS`` is set; see the
-comment at its setting). Each path is built once (timed) and then sampled ``repeats + 1`` times with the
-same settings and different seeds. Sampling time is the median of the runs
-after the first; compile time is the build plus what the first run took beyond
-that median (a JIT's compilation on first call: numpyro's loop, nutpie's JAX
-functions). ESS/s is the median over those runs. Ratios are against the
-baseline measured in the same run. With a GPU, the GPU rows run numpyro
-vectorized on it with 4 to 1024 chains and compare ESS/s with the same chains
-on the CPU; without one they are reported as skipped.
+comment at its setting). Each path is built once (timed) and then sampled ``repeats + 1`` times with
+the same settings and different seeds. Sampling time is the median of the runs after the first;
+compile time is the build plus what the first run took beyond that median (a JIT's compilation on
+first call: numpyro's loop, nutpie's JAX functions). ESS/s is the median over those runs. Ratios are
+against the baseline measured in the same run. With a GPU, the GPU rows run numpyro vectorized on it
+with 4 to 1024 chains and compare ESS/s with the same chains on the CPU; without one they are
+reported as skipped.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ from rich.table import Table
 import gpubackend
 from tests.pymc_models import CASES
 
-# The while-Scan trace model needs a stock JAX linker to hold a data-dependent trace: not timed here.
+# The while-Scan trace model needs a stock JAX linker to hold a data-dependent trace: not timed
+# here.
 BENCHMARKED = ["ofg_reused", "scan_length_from_data", "while_scan_last", "optimize_starts", "minimize_blockwise", "censored_gamma"]
 # Models that join the default list as soon as tests/pymc_models.py defines them.
 BENCHMARKED += [name for name in ("kalman_standard", "kalman_convergent") if name in CASES]
@@ -81,7 +82,8 @@ class PathTiming:
 
 
 def time_path(build: Callable[[], object], sample: Callable[[object, int], float], repeats: int) -> PathTiming:
-    """Build once, then sample ``repeats + 1`` times; ``sample(built, seed)`` returns the min bulk ESS."""
+    """Build once, then sample ``repeats + 1`` times; ``sample(built, seed)`` returns the min bulk
+    ESS."""
     began = time.perf_counter()
     built = build()
     build_seconds = time.perf_counter() - began
@@ -130,7 +132,8 @@ def nutpie_path(model: pm.Model, backend: str, draws: int, chains: int = CHAINS)
 def numpyro_vectorized(
     model: pm.Model, draws: int, chains: int = CHAINS, device: jax.Device | None = None
 ) -> tuple[Callable[[], object], Callable[[object, int], float]]:
-    """numpyro's NUTS kernel on the model's jaxified logp, chains vectorized, warmup and draws in one jitted function.
+    """numpyro's NUTS kernel on the model's jaxified logp, chains vectorized, warmup and draws in
+    one jitted function.
 
     numpyro's ``MCMC.run`` (and so ``pm.sample(nuts_sampler="numpyro")``)
     initialises the chains outside any jit: its step-size and adaptation setup

@@ -16,14 +16,13 @@ NUMBA while the parameters jump between points whose step counts differ, as a
 sampler's do (goal: JAX_GPU at most 2× NUMBA), and how many XLA compiles the
 calls after the first make (goal: none).
 
-**Return against ready.** A 400-wide while-Scan (``x <- tanh(W x) + b`` until it settles, at most 100
-steps). JAX dispatches asynchronously, so a call that makes no host read
-returns long before its result is ready; a call that reads a step count back
-returns only once the loop is done. Per graph the script prints the median
-time for the call to return, the median time until ``jax.block_until_ready``
-of its result, their ratio (near 0: asynchronous; near 1: the call synced with
-the device) and the explicit host reads per call. Run it on two checkouts to
-compare them (``PYTHONPATH=<checkout> python benchmarks/bench_while_scan.py``).
+**Return against ready.** A 400-wide while-Scan (``x <- tanh(W x) + b`` until it settles, at most
+100 steps). JAX dispatches asynchronously, so a call that makes no host read returns long before its
+result is ready; a call that reads a step count back returns only once the loop is done. Per graph
+the script prints the median time for the call to return, the median time until
+``jax.block_until_ready`` of its result, their ratio (near 0: asynchronous; near 1: the call synced
+with the device) and the explicit host reads per call. Run it on two checkouts to compare them
+(``PYTHONPATH=<checkout> python benchmarks/bench_while_scan.py``).
 """
 
 from __future__ import annotations
@@ -107,7 +106,8 @@ def newton_gradient(bound: int) -> tuple[list, pt.TensorVariable]:
 
 
 def hand_written_gradient(bound: int):
-    """The floor: the same loop by hand, carrying d(x)/d(a) along (each entry depends on its own ``a`` only)."""
+    """The floor: the same loop by hand, carrying d(x)/d(a) along (each entry depends on its own
+    ``a`` only)."""
     import jax.numpy as jnp
 
     @jax.jit
@@ -128,7 +128,8 @@ def hand_written_gradient(bound: int):
 
 
 def interleaved_medians(calls: dict, repeat: int) -> dict:
-    """Median seconds per call of each call, timed round-robin so that drift in the machine's load hits all alike."""
+    """Median seconds per call of each call, timed round-robin so that drift in the machine's load
+    hits all alike."""
     for call in calls.values():
         jax.block_until_ready(call())
     times: dict = {key: [] for key in calls}

@@ -130,7 +130,8 @@ _NO_VALUE = object()
 
 
 class ResidentSharedCell:
-    """One JAX_GPU function's device copy of a shared variable, read through that variable's own storage cell.
+    """One JAX_GPU function's device copy of a shared variable, read through that variable's own
+    storage cell.
 
     The shared variable's container belongs to the user and to every function
     compiled with it (NUMBA, C, FAST_COMPILE, stock JAX, JAX_GPU on another

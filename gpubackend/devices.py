@@ -30,7 +30,8 @@ class InputDeviceError(ValueError):
 
 
 def check_device_spec(device: object, argument: str = "device") -> None:
-    """Refuse, by argument name, a device that is neither None, a device name nor a ``jax.Device``."""
+    """Refuse, by argument name, a device that is neither None, a device name nor a
+    ``jax.Device``."""
     if device is None or isinstance(device, str):
         return
     import jax  # a non-string device can only be a jax.Device, so jax is loaded already when it is one
@@ -43,7 +44,8 @@ def check_device_spec(device: object, argument: str = "device") -> None:
 
 
 def requested_device_spec(device: DeviceSpec | None) -> DeviceSpec:
-    """The device asked for: the argument, else ``$GPUBACKEND_DEVICE`` (unless empty), else ``"gpu"``."""
+    """The device asked for: the argument, else ``$GPUBACKEND_DEVICE`` (unless empty), else
+    ``"gpu"``."""
     if device is not None:
         return device
     return os.environ.get(DEVICE_ENV_VAR, "").strip() or DEFAULT_DEVICE

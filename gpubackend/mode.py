@@ -48,7 +48,8 @@ def jax_gpu_mode(
 
 
 def stock_jax_mode() -> Mode:
-    """PyTensor's own JAX mode, with none of gpubackend's lowerings or rewrites, wherever they are registered."""
+    """PyTensor's own JAX mode, with none of gpubackend's lowerings or rewrites, wherever they are
+    registered."""
     return Mode(linker=DispatchingJAXLinker("stock"), optimizer=JAX.provided_optimizer.excluding(REWRITE_TAG))
 
 

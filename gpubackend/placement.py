@@ -108,7 +108,8 @@ def check_divisible(shape: tuple[int, ...], axis: int | None, sharding: Sharding
 
 
 def place(host: np.ndarray, sharding: Sharding) -> jax.Array:
-    """Upload host data explicitly. Each process fills only the shards it addresses (multi-host safe)."""
+    """Upload host data explicitly. Each process fills only the shards it addresses (multi-host
+    safe)."""
     if sharding.is_fully_addressable:
         return jax.device_put(host, sharding)
     return jax.make_array_from_callback(host.shape, sharding, host.__getitem__)

@@ -80,7 +80,8 @@ def register_case(
 
 
 def select_cases(pattern: str | None = None) -> list[Case]:
-    """Cases whose name or family contains ``pattern`` (all when None); comma-separated patterns OR together."""
+    """Cases whose name or family contains ``pattern`` (all when None); comma-separated patterns OR
+    together."""
     if not pattern:
         return list(CATALOGUE.values())
     needles = [needle.strip() for needle in pattern.split(",") if needle.strip()]
@@ -130,7 +131,8 @@ def case_scan_sit_sot() -> CaseGraph:
 
 
 def _two_tap_recurrence() -> tuple[Variable, Variable, Variable]:
-    """``x_t = a * x_{t-1} + x_{t-2}`` for 6 steps: the inputs ``init`` (2 rows) and ``a``, and every state."""
+    """``x_t = a * x_{t-1} + x_{t-2}`` for 6 steps: the inputs ``init`` (2 rows) and ``a``, and
+    every state."""
     init, a = pt.matrix("init"), pt.scalar("a")
     seq = _scan(
         lambda x_tm2, x_tm1, a: a * x_tm1 + x_tm2,
@@ -168,7 +170,8 @@ def case_scan_grad_mit_mot() -> CaseGraph:
 
 
 def _second_order_grads(cost: Variable, first: list[Variable], second: list[Variable]) -> list[Variable]:
-    """Gradients of the summed first-order gradients: they differentiate the gradient Scan (mit-mot) again."""
+    """Gradients of the summed first-order gradients: they differentiate the gradient Scan (mit-mot)
+    again."""
     summed = pt.add(*(grad.sum() for grad in pytensor.grad(cost, first)))
     return pytensor.grad(summed, second)
 
@@ -418,7 +421,8 @@ def _quartic_objective(x: Variable, a: Variable) -> Variable:
 
 
 def _solver_case(x: Variable, a: Variable, solved: tuple[Variable, Variable], values: list) -> CaseGraph:
-    """Outputs: the solution, its success flag, and the solution's gradient with respect to ``a``."""
+    """Outputs: the solution, its success flag, and the solution's gradient with respect to
+    ``a``."""
     solution, success = solved
     outputs = [solution, success, pytensor.grad(solution.sum(), a)]
     return CaseGraph([x, a], outputs, [np.asarray(v, dtype=float) for v in values], **SOLVER_TOLERANCE)

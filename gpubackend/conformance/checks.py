@@ -98,7 +98,8 @@ def check_baked(case: Case, graph: CaseGraph, fn: Function, bakes_inplace: bool)
 
 
 def resident_inputs(fn: Function, values: Sequence, device: jax.Device) -> list:
-    """The test values, already on ``device`` wherever the function keeps that input on the device."""
+    """The test values, already on ``device`` wherever the function keeps that input on the
+    device."""
     # values covers the explicit inputs; the shared variables' flags after theirs go unused
     return [
         jax.device_put(value, device) if resident else value
@@ -110,7 +111,8 @@ def check_resident(
     fn: Function, graph: CaseGraph, device_spec: str, outputs: Sequence, declared_reads: int = 0
 ) -> CheckResult:
     """Outputs are on the target device, and a warm call with resident inputs uploads nothing and
-    reads from the device exactly the ``declared_reads`` explicit times (``jax.device_get``), never implicitly."""
+    reads from the device exactly the ``declared_reads`` explicit times (``jax.device_get``), never
+    implicitly."""
     device = resolve_device(device_spec)
     misplaced = [
         position
@@ -133,7 +135,8 @@ def check_resident(
 
 @dataclass(frozen=True)
 class HostReads:
-    """Device-to-host reads seen in one call: explicit ones counted, implicit ones described (empty: none)."""
+    """Device-to-host reads seen in one call: explicit ones counted, implicit ones described (empty:
+    none)."""
 
     explicit: int
     implicit: str
@@ -179,7 +182,8 @@ def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> Host
 
 @contextmanager
 def _counting_device_gets() -> Iterator[list[int]]:
-    """Count ``jax.device_get`` calls (the only explicit read the backend makes) while the block runs."""
+    """Count ``jax.device_get`` calls (the only explicit read the backend makes) while the block
+    runs."""
     original = jax.device_get
     count = [0]
 

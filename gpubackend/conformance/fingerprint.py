@@ -26,14 +26,16 @@ class OpRecord:
     op_hash: int
     graphs: tuple[tuple[str, int, tuple[NodeRecord, ...]], ...]
     recorded: tuple = field(compare=False, repr=False)
-    """The op, its inner graphs and their nodes (which hold their variables): the identities above stay theirs."""
+    """The op, its inner graphs and their nodes (which hold their variables): the identities above
+    stay theirs."""
 
 
 Fingerprint = dict[int, OpRecord]
 
 
 def _inner_graph_ops_of(op: Op) -> Iterator[HasMultipleInnerGraph]:
-    """The op itself and the ops it wraps (Elemwise's scalar_op, Blockwise's core_op) that have inner graphs."""
+    """The op itself and the ops it wraps (Elemwise's scalar_op, Blockwise's core_op) that have
+    inner graphs."""
     for candidate in (op, getattr(op, "scalar_op", None), getattr(op, "core_op", None)):
         if isinstance(candidate, HasMultipleInnerGraph):
             yield candidate

@@ -52,7 +52,8 @@ def _subclasses[T](cls: type[T]) -> Iterator[type[T]]:
 
 
 class RewriteFreeProbe:
-    """Counts, per phase, rewriter invocations, `FunctionGraph`s built and `FunctionMaker`s built or created."""
+    """Counts, per phase, rewriter invocations, `FunctionGraph`s built and `FunctionMaker`s built or
+    created."""
 
     def __init__(self) -> None:
         self.counts = {LINK: PhaseCounts(), CALL: PhaseCounts()}

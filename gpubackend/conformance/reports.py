@@ -69,7 +69,8 @@ def load_report(path: str | Path) -> Report:
 
 
 def merge_reports(reports: Sequence[Report]) -> Report:
-    """One matrix from several runners; each runner's columns keep its label (``runnerN`` when it had none)."""
+    """One matrix from several runners; each runner's columns keep its label (``runnerN`` when it
+    had none)."""
     environment = {"merged_from": [report.environment for report in reports]}
     merged = Report(environment)
     for index, report in enumerate(reports, start=1):
@@ -88,7 +89,8 @@ def _indented(text: str) -> str:
 
 
 def to_junit(report: Report) -> ET.Element:
-    """One testsuite per column, one testcase per case; fail -> <failure>, crash -> <error>, unsupported/object-mode -> <skipped>."""
+    """One testsuite per column, one testcase per case; fail -> <failure>, crash -> <error>,
+    unsupported/object-mode -> <skipped>."""
     suites = ET.Element("testsuites", name="gpubackend conformance")
     for column in report.columns():
         results = [result for result in report.results if result.column == column]
@@ -156,7 +158,8 @@ def to_markdown(report: Report) -> str:
 
 
 def _host_reads_lines(report: Report) -> list[str]:
-    """Per column of device-resident results: explicit device-to-host reads per warm call, by count."""
+    """Per column of device-resident results: explicit device-to-host reads per warm call, by
+    count."""
     per_column: dict[str, dict[int, list[str]]] = {}
     for result in report.results:
         if (reads := result.host_reads_per_call) is not None:

@@ -178,7 +178,8 @@ def run_cases(
     label: str = "",
     progress: bool = True,
 ) -> Report:
-    """Every case on every (backend, device) pair: one worker process per pair (`worker`), pairs side by side.
+    """Every case on every (backend, device) pair: one worker process per pair (`worker`), pairs
+    side by side.
 
     A case that kills its worker is reported as `crash`; the pair's other
     cases go on in a fresh worker.
@@ -233,7 +234,8 @@ def run_and_report(
     generated: int = 0,
     progress: bool = True,
 ) -> int:
-    """Run the suite, write every report to ``out_dir``, print the summary; 1 when any case fails or crashes, else 0."""
+    """Run the suite, write every report to ``out_dir``, print the summary; 1 when any case fails or
+    crashes, else 0."""
     report = run_suite(backends, devices, label=label, cases=cases, generated=generated, progress=progress)
     paths = write_reports(report, out_dir)
     print_summary(report, paths, console or Console(stderr=True, soft_wrap=True))

@@ -1,4 +1,5 @@
-"""Run items (cases, generated graphs) in a worker process, so that an item that kills its process is a result.
+"""Run items (cases, generated graphs) in a worker process, so that an item that kills its process
+is a result.
 
 A lowering can abort the process: XLA's ``Check failed`` aborts, a segfault in
 compiled code. Run in the suite's own process, such an item would take the
@@ -38,7 +39,8 @@ LOG_TAIL_LINES = 40
 @dataclass(frozen=True)
 class Job:
     run: Callable[[Any], Any]
-    """Picklable by reference (a module-level function, or a partial of one): it runs in the worker."""
+    """Picklable by reference (a module-level function, or a partial of one): it runs in the
+    worker."""
     items: list
 
 

@@ -12,7 +12,8 @@ _GOLDEN_SECTION = 0.3819660
 
 
 def make_brent_minimize(fun: Callable) -> Callable:
-    """``solve(args, x0, bracket, settings: BracketMinimizeSettings) -> (x, converged)``; ``x0`` is unused, as in scipy."""
+    """``solve(args, x0, bracket, settings: BracketMinimizeSettings) -> (x, converged)``; ``x0`` is
+    unused, as in scipy."""
     find_bracket = make_bracket(fun)
 
     @solver_njit

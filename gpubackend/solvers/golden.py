@@ -12,7 +12,8 @@ _COMPLEMENT = 1.0 - _RATIO
 
 
 def make_golden(fun: Callable) -> Callable:
-    """``solve(args, x0, bracket, settings: BracketMinimizeSettings) -> (x, converged)``; ``x0`` is unused, as in scipy."""
+    """``solve(args, x0, bracket, settings: BracketMinimizeSettings) -> (x, converged)``; ``x0`` is
+    unused, as in scipy."""
     find_bracket = make_bracket(fun)
 
     @solver_njit

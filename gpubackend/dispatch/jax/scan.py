@@ -1,4 +1,5 @@
-"""JAX lowering of Scan: for-loops by PyTensor's own lowering, while-loops (``until``) by a JAX while loop.
+"""JAX lowering of Scan: for-loops by PyTensor's own lowering, while-loops (``until``) by a JAX
+while loop.
 
 A while-Scan whose traces PyTensor never trims (full ring buffers: ``xs[-1]``,
 ``xs[-2]``) lowers here, to the loop of `while_scan.loop` with its buffers

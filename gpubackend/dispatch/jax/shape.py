@@ -26,7 +26,8 @@ from gpubackend.dispatch.jax.replacements import jax_gpu_funcify, replaces
 
 
 def _stock_or_none(op_type: type, op, node, kwargs) -> Callable | None:
-    """The stock lowering of ``node``, or None where it refuses the node's (non-concrete-looking) arguments."""
+    """The stock lowering of ``node``, or None where it refuses the node's (non-concrete-looking)
+    arguments."""
     try:
         return jax_gpu_funcify.stock(op_type)(op, node=node, **kwargs)
     except NotImplementedError:

@@ -1,4 +1,5 @@
-"""JAX lowerings of IncSubtensor that writes a whole array without a scatter, and of boolean masks known only at run time.
+"""JAX lowerings of IncSubtensor that writes a whole array without a scatter, and of boolean masks
+known only at run time.
 
 An update whose slices cover every entry of ``x`` (``x[:] += y``, or a slice
 whose bounds `fgraph` has made concrete and equal to the length) is an
@@ -63,7 +64,8 @@ def jax_funcify_IncSubtensor(op: IncSubtensor, node, **kwargs) -> Callable:
 
 
 class BooleanMaskLengthError(DataDependentLengthError, jax.errors.NonConcreteBooleanIndexError):
-    """A boolean mask known only at run time: gpubackend's refusal, still the error stock JAX raises there."""
+    """A boolean mask known only at run time: gpubackend's refusal, still the error stock JAX raises
+    there."""
 
     def __init__(self, op):
         Exception.__init__(

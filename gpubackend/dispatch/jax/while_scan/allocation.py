@@ -112,7 +112,8 @@ def _join_leading(*given) -> Bounded:
 
 @bounded_jax_funcify.register(Split)
 def _split(op: Split, node, input_kinds, **kwargs) -> BoundedLowering:
-    """The inverse of a join along the leading axis (its gradient): each part is `Bounded` at its run-time size."""
+    """The inverse of a join along the leading axis (its gradient): each part is `Bounded` at its
+    run-time size."""
     if op.axis != 0:
         raise NotImplementedError(f"{op}: splitting along another axis than the run-time length's")
     checks = (

@@ -1,4 +1,5 @@
-"""`DataDependentLengthError`s that name the op, the path the graph is on, and what the caller can do there."""
+"""`DataDependentLengthError`s that name the op, the path the graph is on, and what the caller can
+do there."""
 
 from __future__ import annotations
 

@@ -65,7 +65,8 @@ def _in_order_already(trace: Trace, trimmable: bool) -> bool:
 
 
 def bounded_outputs(op: Scan, loop: LoopResult, trimmable: Sequence[bool]) -> list:
-    """Every output as a plain array where its length is static, `Bounded` where it is known only at run time."""
+    """Every output as a plain array where its length is static, `Bounded` where it is known only at
+    run time."""
     mit_mot = [
         buffer if known_value(size) == buffer.shape[0] else Bounded(buffer, size) for buffer, size in loop.mit_mot
     ]
@@ -130,7 +131,8 @@ def specialised_scan(op: Scan, node, **kwargs) -> Callable:
 
 
 def _as_pytensor_returns(buffer: jax.Array, init_len: int, steps: int, max_steps: int) -> jax.Array:
-    """The trace PyTensor's Scan returns after ``steps`` (a static count) of at most ``max_steps``."""
+    """The trace PyTensor's Scan returns after ``steps`` (a static count) of at most
+    ``max_steps``."""
     written = steps + init_len
     store = buffer.shape[0]
     if store <= written:
