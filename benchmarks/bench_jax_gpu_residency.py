@@ -91,7 +91,7 @@ def main() -> None:
     console.print(
         "resident warm call under transfer_guard('disallow_explicit'): "
         f"JAX_GPU {'passes' if passes_transfer_guard(ours, x_dev) else 'FAILS'}, "
-        f"stock JAX {'passes' if passes_transfer_guard(stock, x_dev) else 'fails (uploads every call)'}"
+        "stock JAX " f"{'passes' if passes_transfer_guard(stock, x_dev) else 'fails (uploads every call)'}"
     )
 
 

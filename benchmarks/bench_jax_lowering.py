@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     compiles = 3 if args.quick else 7
     gpu_mode, jax_mode, stock_ofg = ofg_chain_compile_times(50, compiles)
     print_ratio_table(
-        f"gpubackend JAX lowerings on {gpubackend.resolve_device()} (medians of {repeats} calls, {compiles} compiles)",
+        f"gpubackend JAX lowerings on {gpubackend.resolve_device()} " f"(medians of {repeats} calls, {compiles} compiles)",
         [
             (f"while-Scan Newton n={vector_size} (JAX_GPU) vs hand-written lax.while_loop", *newton, "<= 1.3x"),
             (f"BFGS Rosenbrock-10 x{batch} (JAX_GPU) vs hand-written vmapped optimistix", *bfgs, "<= 1.3x"),

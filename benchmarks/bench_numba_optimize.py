@@ -630,7 +630,7 @@ def main() -> None:
     from rich.table import Table
 
     console = Console(width=160)
-    table = Table(title="Numba optimize ops: median per call (one run); evaluations: ours (on the floor) vs scipy")
+    table = Table(title="Numba optimize ops: median per call (one " "run); evaluations: ours (on the floor) vs scipy")
     columns = ("op method problem", "ours", "stock NUMBA", "stock / ours", "floor", "ours / floor", "evals ours", "evals scipy")
     for column in columns:
         table.add_column(column, justify="right")
@@ -651,8 +651,8 @@ def main() -> None:
     console.print(table)
     overhead = call_overhead_seconds(repeats, budget_s)
     console.print(
-        f"A PyTensor call of a trivial NUMBA function costs {overhead * 1e6:.1f} us; the floor pays none of it, "
-        "nor the inner graph's cost per evaluation. Root methods evaluate the equations and Jacobian together. "
+        "A PyTensor call of a trivial NUMBA function costs " f"{overhead * 1e6:.1f} us; the floor pays none of it, "
+        "nor the inner graph's cost per evaluation. Root " "methods evaluate the equations and Jacobian together. "
         f"OpenBLAS threads: {os.environ['OPENBLAS_NUM_THREADS']} (see the module docstring)."
     )
 

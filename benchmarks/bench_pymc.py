@@ -257,7 +257,7 @@ def gpu_rows(names: list[str], draws: int, repeats: int, console: Console) -> No
         console.print("GPU rows skipped: JAX sees no GPU on this machine.")
         return
     cpu = jax.devices("cpu")[0]
-    table = Table(title=f"numpyro vectorized on {gpubackend.devices.describe_device(gpus[0])} vs the CPU: ESS/s of sampling")
+    table = Table(title=f"numpyro vectorized on {gpubackend.devices.describe_device(gpus[0])} " "vs the CPU: ESS/s of sampling")
     for column in ("model", "chains", "GPU ESS/s", "CPU ESS/s", "GPU / CPU"):
         table.add_column(column)
     for name in names:
@@ -297,7 +297,7 @@ def main() -> None:
         logp_table.add_row(*logp_grad_row(name, model, eval_repeat))
     console.print(logp_table)
 
-    table = Table(title="Sampling paths on CPU: compile and sampling apart; ESS/s of sampling alone (baseline: pymc NUTS, NUMBA)")
+    table = Table(title="Sampling paths on CPU: compile and sampling apart; " "ESS/s of sampling alone (baseline: pymc NUTS, NUMBA)")
     for column in ("model", "path", "compile", "sampling", "ESS/s", "ESS/s vs baseline", "compile vs baseline"):
         table.add_column(column)
     for name, model in models.items():

@@ -161,7 +161,7 @@ def bound_sweep(device, repeat: int) -> None:
     times: dict[str, dict[int, float]] = {mode: {} for mode in (*SWEEP_MODES, "hand-written")}
     for (mode, bound), seconds in medians.items():
         times[mode][bound] = seconds
-    table = Table(title=f"grad(xs[-1].sum(), a), Newton's sqrt on a {SWEEP_WIDTH}-vector (~6 steps), median per call on {device}")
+    table = Table(title="grad(xs[-1].sum(), a), Newton's sqrt on a " f"{SWEEP_WIDTH}-vector (~6 steps), median per call on {device}")
     for column in ("path", *(f"bound {bound}" for bound in SWEEP_BOUNDS), "10,000 / 10 (goal <= 1.5)", "/ NUMBA at 10,000"):
         table.add_column(column)
     numba_last = times["NUMBA"][SWEEP_BOUNDS[-1]]

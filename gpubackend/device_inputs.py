@@ -74,7 +74,7 @@ class DeviceResidentInput:
     def _checked_resident(self, data: jax.Array) -> jax.Array:
         if data.sharding != self.sharding and not data.sharding.is_equivalent_to(self.sharding, data.ndim):
             raise InputDeviceError(
-                f"JAX_GPU {self.label} is on {_where(data)} ({data.sharding}), but the function expects "
+                f"JAX_GPU {self.label} is on {_where(data)} " f"({data.sharding}), but the function expects "
                 f"it on {self.placement_description} ({self.sharding}). Move it on purpose with "
                 "jax.device_put(x, sharding) or pass host (numpy) data; gpubackend does not copy "
                 "between devices implicitly."
@@ -89,7 +89,7 @@ class DeviceResidentInput:
         for axis, length in self.static_dims:
             if data.shape[axis] != length:
                 raise TypeError(
-                    f"JAX_GPU {self.label} expected static shape {self.static_shape}, got {data.shape}."
+                    f"JAX_GPU {self.label} expected static shape " f"{self.static_shape}, got {data.shape}."
                 )
         return data
 

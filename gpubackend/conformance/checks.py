@@ -174,7 +174,7 @@ def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> Host
     jax.block_until_ready(outputs)
     if not timed:
         return HostReads(explicit[0], "", "transfer guard")
-    method = f"returned after {returned * 1e3:.0f} ms, its inputs {'ready' if waited else 'still pending'}"
+    method = f"returned after {returned * 1e3:.0f} ms, " f"its inputs {'ready' if waited else 'still pending'}"
     if waited and not explicit[0]:
         return HostReads(0, f"the call waited for its inputs' values ({method})", method)
     return HostReads(explicit[0], "", method)

@@ -290,7 +290,7 @@ def _jaxified_not_applicable(spec: WhileGraphSpec) -> str:
     if importlib.util.find_spec("pymc") is None:
         return "PyMC is not installed (pip install pymc): get_jaxified_graph is PyMC's"
     if spec.loop.rng:
-        return "get_jaxified_graph refuses shared random generators (PyMC's ValueError); its samplers never pass one"
+        return "get_jaxified_graph refuses shared random generators " "(PyMC's ValueError); its samplers never pass one"
     return ""
 
 

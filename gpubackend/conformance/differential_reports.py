@@ -28,10 +28,10 @@ SHORT = {
     "silent-wrong": "SW", "wrong-error": "WE", "raw-error": "RE", "crash": "CRASH",
 }
 LEGEND = (
-    "SW silent-wrong (a value where the reference raises, or another value), WE wrong-error (another error type), "
+    "SW silent-wrong (a value where the reference raises, or " "another value), WE wrong-error (another error type), "
     "RE raw-error (an error where the reference returns a value, or at compile time anything but "
-    "DataDependentLengthError), CRASH (the worker died); refused: DataDependentLengthError; checked: raised inside "
-    "the computation, JAX's runtime error naming the reference's error type (paths that do not own the call); "
+    "DataDependentLengthError), CRASH (the worker died); " "refused: DataDependentLengthError; checked: raised inside "
+    "the computation, JAX's runtime error naming the " "reference's error type (paths that do not own the call); "
     "upstream: a PyTensor bug, the mode doing what PyTensor does"
 )
 SHOWN_FAILURES = 40
@@ -131,7 +131,7 @@ def print_differential_summary(report: DifferentialReport, paths: dict[str, Path
         console.print(f"  [red]{status}[/red] {escape(f'{result.name} on {column}: {detail}')}")
     if len(failing) > SHOWN_FAILURES:
         console.print(f"  ... {len(failing) - SHOWN_FAILURES} more failing verdicts")
-    console.print(f"every verdict that is not a pass, refusals and upstream bugs included, is in {paths['md']}")
+    console.print("every verdict that is not a pass, refusals and " f"upstream bugs included, is in {paths['md']}")
     console.print("reports: " + ", ".join(str(path) for path in paths.values()))
 
 

@@ -39,7 +39,7 @@ class PhaseCounts:
         return self.rewrites == 0 and self.compilations == 0 and self.graphs_built == 0
 
     def describe(self) -> str:
-        text = f"{self.rewrites} rewriter runs, {self.compilations} nested compilations, {self.graphs_built} FunctionGraphs built"
+        text = f"{self.rewrites} rewriter runs, {self.compilations} " f"nested compilations, {self.graphs_built} FunctionGraphs built"
         if self.rewriter_names:
             text += f" (e.g. {', '.join(sorted(set(self.rewriter_names))[:3])})"
         return text

@@ -220,7 +220,7 @@ def _html_cell(result: CaseResult) -> str:
         items += "".join(f"<li><b>{esc(c.name)}</b>: {esc(c.detail)}</li>" for c in shown)
         lines.append(f"<ul class='detail'>{items}</ul>")
         if result.log_tail:
-            lines.append(f"<details class='detail'><summary>worker log (tail)</summary><pre class='log'>{esc(result.log_tail)}</pre></details>")
+            lines.append("<details class='detail'><summary>worker log (tail)</summary><pre " f"class='log'>{esc(result.log_tail)}</pre></details>")
     all_checks = "".join(f"<li>{'✔' if c.ok else '✘'} {esc(c.name)}: {esc(c.detail)}</li>" for c in result.checks)
     summary = f"<summary>checks ({result.seconds:.1f} s)</summary>"
     lines.append(f"<details class='detail'>{summary}<ul>{all_checks}</ul></details>")

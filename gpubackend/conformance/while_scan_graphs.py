@@ -80,13 +80,13 @@ INT_CONSUMERS = tuple(kind for kind in CONSUMERS if kind != "grad")
 GRADIENT_OF = ("sum", "last", "index", "slice")
 
 UPSTREAM_BUGS = {
-    "positive-index": "a constant positive index of a while-Scan trace is translated by PyTensor's rewrites as if "
+    "positive-index": "a constant positive index of a while-Scan " "trace is translated by PyTensor's rewrites as if "
     "the trace had n_steps entries (a value, or another entry, where the trace is shorter)",
-    "negative-index-reads-initial-state": "a negative index past a while-Scan trace's start reads the loop's "
-    "initial state instead of raising IndexError (merged with the trace's [1:] in every mode, FAST_COMPILE too)",
-    "for-scan-past-sequence": "a for-Scan with more steps than its sequence has entries reads past the end "
+    "negative-index-reads-initial-state": "a negative index " "past a while-Scan trace's start reads the loop's "
+    "initial state instead of raising IndexError (merged " "with the trace's [1:] in every mode, FAST_COMPILE too)",
+    "for-scan-past-sequence": "a for-Scan with more steps " "than its sequence has entries reads past the end "
     "once PyTensor's rewrites drop the length check",
-    "negative-zeros": "zeros(length - c) with a negative length is accepted: its shape is computed without the "
+    "negative-zeros": "zeros(length - c) with a negative " "length is accepted: its shape is computed without the "
     "allocation and comes back negative",
 }
 """PyTensor bugs the differential runner finds in the reference or in the rewritten graph (README,

@@ -70,9 +70,9 @@ class BooleanMaskLengthError(DataDependentLengthError, jax.errors.NonConcreteBoo
     def __init__(self, op):
         Exception.__init__(
             self,
-            f"{op}: a boolean mask known only at run time selects a data-dependent number of entries, a shape "
+            f"{op}: a boolean mask known only at run time selects " "a data-dependent number of entries, a shape "
             "jax.jit cannot trace. Keep the shape: pt.where(mask, new, x) instead of "
-            "pt.set_subtensor(x[mask], new[mask]), and pt.where(mask, x, 0).sum() instead of x[mask].sum().",
+            "pt.set_subtensor(x[mask], new[mask]), and " "pt.where(mask, x, 0).sum() instead of x[mask].sum().",
         )
 
 
