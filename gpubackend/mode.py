@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytensor.compile.mode import JAX, Mode, predefined_linkers, predefined_modes, register_linker, register_mode
+from pytensor.compile.mode import (
+    JAX,
+    Mode,
+    predefined_linkers,
+    predefined_modes,
+    register_linker,
+    register_mode,
+)
 
 from gpubackend.devices import DeviceSpec
 from gpubackend.linker import DispatchingJAXLinker, JAXGPULinker
@@ -41,7 +48,8 @@ def jax_gpu_mode(
 
 
 def stock_jax_mode() -> Mode:
-    """PyTensor's own JAX mode, with none of gpubackend's lowerings or rewrites, wherever they are registered."""
+    """PyTensor's own JAX mode, with none of gpubackend's lowerings or rewrites, wherever they are
+    registered."""
     return Mode(linker=DispatchingJAXLinker("stock"), optimizer=JAX.provided_optimizer.excluding(REWRITE_TAG))
 
 

@@ -1,4 +1,5 @@
-"""JAX_GPU's side of a while-Scan graph: the one explicit read per call that lengths, checks and step counts need.
+"""JAX_GPU's side of a while-Scan graph: the one explicit read per call that lengths, checks and
+step counts need.
 
 A linker that owns the call (`LoweringContext.reads_on_host`) gets, for the
 whole graph, a `HostReadingGraph`: ``fn(step_counts, *inputs) -> (outputs,
@@ -36,7 +37,8 @@ from gpubackend.dispatch.jax.while_scan.checks import RuntimeCheck, raise_failur
 
 
 class HostReads(NamedTuple):
-    """What a call reads back: empty (nothing to read) unless the graph has something only the data settle."""
+    """What a call reads back: empty (nothing to read) unless the graph has something only the data
+    settle."""
 
     lengths: tuple = ()
     """One per output of run-time length, in output order."""
@@ -50,7 +52,8 @@ class HostReads(NamedTuple):
 
 @dataclass(frozen=True)
 class HostReadingGraph:
-    """The whole graph for a linker that reads back: callable as ``fn(step_counts, *inputs) -> (outputs, HostReads)``."""
+    """The whole graph for a linker that reads back: callable as
+    ``fn(step_counts, *inputs) -> (outputs, HostReads)``."""
 
     fn: Callable
     checks: tuple[RuntimeCheck, ...] = ()
@@ -58,18 +61,21 @@ class HostReadingGraph:
     run_time_lengths: tuple[int, ...] = ()
     """Positions of the outputs returned at the size of their buffer, to cut to the lengths read."""
     n_specialised: int = 0
-    """While-Scans specialised on their step counts (a call may then run twice, so it donates nothing)."""
+    """While-Scans specialised on their step counts (a call may then run twice, so it donates
+    nothing)."""
     continuation: Callable | None = None
     """Where the graph runs as two computations (`interpreter.LadderedGraph`): ``fn`` returns
     ``(outputs, HostReads, overflow)``, and where ``overflow`` is not None,
-    ``continuation(outputs, reads, overflow, *inputs) -> (outputs, HostReads)`` finishes. Only the second donates."""
+    ``continuation(outputs, reads, overflow, *inputs) -> (outputs, HostReads)`` finishes. Only the
+    second donates."""
 
     def __call__(self, step_counts: tuple, *inputs):
         return self.fn(step_counts, *inputs)
 
 
 class SplitLadder:
-    """A `HostReadingGraph` with a continuation, jitted: the lower rungs, then the higher ones only on overflow.
+    """A `HostReadingGraph` with a continuation, jitted: the lower rungs, then the higher ones only
+    on overflow.
 
     Both need the call's inputs, so the lower rungs donate nothing while a
     continuation may follow. A graph whose ladder has no higher rung (for the
@@ -97,7 +103,8 @@ class SplitLadder:
 
 
 def _signature(value):
-    """What a jitted function's compile depends on: shape and dtype of arrays, the value of static scalars."""
+    """What a jitted function's compile depends on: shape and dtype of arrays, the value of static
+    scalars."""
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return value.shape, str(value.dtype)
     if isinstance(value, int | float | bool | np.generic):
@@ -106,7 +113,8 @@ def _signature(value):
 
 
 class HostReadingFunction:
-    """Call a jitted `HostReadingGraph` (or its `SplitLadder`), reading what it returns for the host at most once per run."""
+    """Call a jitted `HostReadingGraph` (or its `SplitLadder`), reading what it returns for the host
+    at most once per run."""
 
     def __init__(self, run: Callable, graph: HostReadingGraph):
         self._run = run
