@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 EXTRAS ?= conformance,test
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+# The versions CI tested: every install takes them, so two runs test the same stack while
+# pyproject.toml keeps ranges. `make constraints` refreshes them (README, "Pinned versions").
+CONSTRAINTS := ci/constraints.txt
 # Two simulated host devices, so that JAX paths run on a non-default device
 # (cpu:1) and transfer guards can catch hidden copies without a GPU.
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=2
@@ -16,12 +19,12 @@ REPORTS ?= reports
 WHILE_GRAPHS ?= 18
 WHILE_FLAGS ?=
 
-.PHONY: venv run test bench conformance ci-legs clean
+.PHONY: venv run test bench conformance ci-legs constraints clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(PY) || "$$(tools/find-python.sh)" -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]" -c $(CONSTRAINTS)
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -48,6 +51,20 @@ conformance: $(STAMP)
 ci-legs: conformance
 	WHILE_GRAPHS=$(WHILE_GRAPHS) WHILE_FLAGS="$(WHILE_FLAGS)" ci/gpu/run.sh --simulate --no-pytest
 	$(PY) -m gpubackend conformance merge $(REPORTS)/cpu/conformance.json $(REPORTS)/gpu-simulated/conformance.json --out $(REPORTS)/matrix
+
+# Resolve pyproject.toml's ranges afresh, with no constraints, in a throw-away virtualenv, and pin
+# what they resolve to. The cuda extras are left out: jax[cuda13|cuda12] pins its plugin to the
+# pinned jaxlib, and their NVIDIA wheels are gigabytes.
+constraints:
+	@scratch=$$(mktemp -d) && trap 'rm -rf "$$scratch"' EXIT && \
+	"$$(tools/find-python.sh)" -m venv "$$scratch/venv" && \
+	"$$scratch/venv/bin/python" -m pip install -q --upgrade pip && \
+	"$$scratch/venv/bin/python" -m pip install -q ".[conformance,test]" && \
+	{ echo "# The versions CI tested: written by \`make constraints\` with Python" \
+	    "$$("$$scratch/venv/bin/python" -c 'import platform; print(platform.python_version())')."; \
+	  echo "# Edit pyproject.toml's ranges, not this file."; \
+	  "$$scratch/venv/bin/python" -m pip freeze --exclude gpubackend; } > $(CONSTRAINTS)
+	@echo "wrote $(CONSTRAINTS)"
 
 clean:
 	rm -rf $(VENV) $(REPORTS) .pytest_cache .hypothesis

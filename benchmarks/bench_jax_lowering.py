@@ -21,21 +21,21 @@ import time
 
 os.environ.setdefault("GPUBACKEND_DEVICE", "cpu")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optimistix as optx  # noqa: E402
-import pytensor  # noqa: E402
-import pytensor.tensor as pt  # noqa: E402
-from pytensor.compile.builders import OpFromGraph  # noqa: E402
-from pytensor.compile.mode import Mode  # noqa: E402
-from pytensor.graph.replace import vectorize_graph  # noqa: E402
-from pytensor.scan.utils import until  # noqa: E402
-from pytensor.tensor.optimize import minimize  # noqa: E402
-from _timing import median_seconds, print_ratio_table  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+import pytensor
+import pytensor.tensor as pt
+from _timing import median_seconds, print_ratio_table
+from pytensor.compile.builders import OpFromGraph
+from pytensor.compile.mode import Mode
+from pytensor.graph.replace import vectorize_graph
+from pytensor.scan.utils import until
+from pytensor.tensor.optimize import minimize
 
-import gpubackend  # noqa: E402
-from gpubackend.mode import stock_jax_mode  # noqa: E402
+import gpubackend
+from gpubackend.mode import stock_jax_mode
 
 NEWTON_TOL = 1e-9
 BFGS_TOL = 1e-8
@@ -95,7 +95,7 @@ def bfgs_rosenbrock(batch: int, repeats: int) -> tuple[float, float]:
     fn = pytensor.function([batch_x, batch_shift], batched, mode="JAX_GPU")
     fn.trust_input = True
 
-    solver = optx.BFGS(rtol=BFGS_TOL, atol=BFGS_TOL)
+    solver: optx.BFGS = optx.BFGS(rtol=BFGS_TOL, atol=BFGS_TOL)
 
     @jax.jit
     def hand_written(x0, shifts):
@@ -135,7 +135,8 @@ def compile_and_first_call(mode: str | Mode, n_calls: int) -> float:
 
 
 def ofg_chain_compile_times(n_calls: int, rounds: int) -> tuple[float, float, float]:
-    """Medians for JAX_GPU, JAX, and PyTensor's own JAX lowerings, measured round-robin after a warm-up round."""
+    """Medians for JAX_GPU, JAX, and PyTensor's own JAX lowerings, measured round-robin after a
+    warm-up round."""
     measure = (
         lambda: compile_and_first_call("JAX_GPU", n_calls),
         lambda: compile_and_first_call("JAX", n_calls),
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     compiles = 3 if args.quick else 7
     gpu_mode, jax_mode, stock_ofg = ofg_chain_compile_times(50, compiles)
     print_ratio_table(
-        f"gpubackend JAX lowerings on {gpubackend.resolve_device()} (medians of {repeats} calls, {compiles} compiles)",
+        f"gpubackend JAX lowerings on {gpubackend.resolve_device()} " f"(medians of {repeats} calls, {compiles} compiles)",
         [
             (f"while-Scan Newton n={vector_size} (JAX_GPU) vs hand-written lax.while_loop", *newton, "<= 1.3x"),
             (f"BFGS Rosenbrock-10 x{batch} (JAX_GPU) vs hand-written vmapped optimistix", *bfgs, "<= 1.3x"),

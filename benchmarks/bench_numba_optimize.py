@@ -46,12 +46,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 # Before numpy loads OpenBLAS; the workers inherit it (see the module docstring).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,7 +64,8 @@ class Case:
     method: str
     problem: str
     kwargs: tuple = ()
-    """Extra keyword arguments of the PyTensor function (``jac``, ``hess``, ``bracket``, ``bounds``, ...)."""
+    """Extra keyword arguments of the PyTensor function (``jac``, ``hess``, ``bracket``, ``bounds``,
+    ...)."""
     options: tuple = ()
     """``optimizer_kwargs``."""
     grad: bool = False
@@ -101,7 +104,7 @@ LATENCY_CASES = ("minimize BFGS rosenbrock2", "root hybr cubic3")
 QUICK_LATENCY_CASES = LATENCY_CASES[:1]
 
 # (start, parameter) per problem; a parameter is a scalar or a vector.
-PROBLEM_VALUES = {
+PROBLEM_VALUES: dict[str, tuple[np.ndarray | float, np.ndarray | float]] = {
     "rosenbrock2": (np.array([-1.2, 1.0]), 1.0),
     "rosenbrock10": (np.tile([-1.2, 1.0], 5), 1.0),
     "quartic3": (np.zeros(3), np.array([0.5, -1.0, 2.0])),
@@ -174,11 +177,11 @@ def call_overhead_seconds(repeats: int, budget_s: float) -> float:
 
 
 def solve_times(repeats: int, budget_s: float) -> dict[str, float | None]:
-    """Per case, the median call; None where the call fails (stock PyTensor hands ``root(method="newton")``,
-    gpubackend's own method, to scipy, which has none)."""
+    """Per case, the median call; None where the call fails (stock PyTensor hands
+    ``root(method="newton")``, gpubackend's own method, to scipy, which has none)."""
     import warnings
 
-    times = {}
+    times: dict[str, float | None] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for case in CASES:
@@ -190,7 +193,8 @@ def solve_times(repeats: int, budget_s: float) -> dict[str, float | None]:
 
 
 def compile_latency(name: str) -> float:
-    """Seconds to compile case ``name`` under NUMBA and make its first call (gpubackend imported)."""
+    """Seconds to compile case ``name`` under NUMBA and make its first call (gpubackend
+    imported)."""
     import warnings
 
     import pytensor
@@ -216,7 +220,7 @@ def run_worker(argv: list[str]) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-# --- Hand-written problems: the objective written inline, counting its evaluations in args[1][0] ---
+# --- Hand-written problems: the objective written inline, counting its evaluations in args[1][0] --
 
 
 def hand_written_problems() -> dict[tuple[str, str], Callable]:
@@ -328,8 +332,10 @@ def _family(problem: str) -> str:
 
 
 def _outputs_wanted(plan_solver: str, op) -> str:
-    from gpubackend.dispatch.numba.optimize import NATIVE_SOLVERS  # first: it registers PyTensor's Numba dispatch
     from gpubackend.dispatch.numba import optimize_problem as adapters
+    from gpubackend.dispatch.numba.optimize import (
+        NATIVE_SOLVERS,  # first: it registers PyTensor's Numba dispatch
+    )
 
     adapter, _ = NATIVE_SOLVERS[(type(op), plan_solver)]
     return {
@@ -348,7 +354,7 @@ def floor_calls() -> dict[str, tuple[Callable[[], object], Callable[[], int]]]:
     from gpubackend.dispatch.numba.optimize_plan import solver_plan
 
     problems = hand_written_problems()
-    calls = {}
+    calls: dict[str, tuple[Callable[[], object], Callable[[], int]]] = {}
     for case in CASES:
         if case.grad:
             continue
@@ -360,15 +366,14 @@ def floor_calls() -> dict[str, tuple[Callable[[], object], Callable[[], int]]]:
         settings = plan.settings
         parameter = a if a.ndim else float(a)
         counter = np.zeros(1, dtype=np.int64)
+        call: Callable[[], object]
         if x0.ndim:
-            floor = _vector_floor(solve, settings)
-            call = lambda floor=floor, x0=x0, args=(parameter, counter): floor(x0, args)  # noqa: E731
+            call = partial(_vector_floor(solve, settings), x0, (parameter, counter))
         else:
             interval = dict(case.kwargs).get("bracket", dict(case.kwargs).get("bounds"))
             interval = np.asarray(interval if interval is not None else [], dtype=np.float64)
-            floor = _scalar_floor(solve, settings)
-            call = lambda floor=floor, x0=float(x0), args=(parameter, counter), i=interval: floor(x0, args, i)  # noqa: E731
-        calls[case.name] = (call, lambda call=call, counter=counter: _count_one(call, counter))
+            call = partial(_scalar_floor(solve, settings), float(x0), (parameter, counter), interval)
+        calls[case.name] = (call, partial(_count_one, call, counter))
     return calls
 
 
@@ -402,7 +407,8 @@ def _count_one(call: Callable[[], object], counter: np.ndarray) -> int:
 
 
 def scipy_evaluations(case: Case) -> str:
-    """The number of calls scipy makes on ``case``, as PyTensor's object-mode ``perform`` calls it."""
+    """The number of calls scipy makes on ``case``, as PyTensor's object-mode ``perform`` calls
+    it."""
     import scipy.optimize as so
 
     _, outputs, (x0, a) = build_case(case)
@@ -417,6 +423,8 @@ def scipy_evaluations(case: Case) -> str:
 
         return wrapper
 
+    value: Callable[[Any], Any]
+    gradient: Callable[[Any], Any]
     if family == "rosenbrock":
         value = lambda x: float(np.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (a - x[:-1]) ** 2))  # noqa: E731
         gradient = lambda x: so.rosen_der(x) + _rosenbrock_shift(x, a)  # noqa: E731
@@ -559,7 +567,8 @@ def make_hand_written_bfgs(fun: Callable) -> Callable:
 
 
 def bfgs_floor_rows(repeats: int, budget_s: float, ours: dict[str, float]) -> list[tuple]:
-    """(case, our solver, hand-written, counts, PyTensor call) on the hand-written Rosenbrock objective."""
+    """(case, our solver, hand-written, counts, PyTensor call) on the hand-written Rosenbrock
+    objective."""
     from gpubackend.dispatch.numba.optimize_plan import solver_plan
     from gpubackend.solvers.bfgs import make_bfgs
 
@@ -575,8 +584,8 @@ def bfgs_floor_rows(repeats: int, budget_s: float, ours: dict[str, float]) -> li
         maxiter = 200 * x0.shape[0]
         counter = np.zeros(1, dtype=np.int64)
         args = (float(a), counter)
-        ours_call = lambda f=_vector_floor(solver, settings), x0=x0, args=args: f(x0, args)  # noqa: E731
-        hand_call = lambda x0=x0, args=args, maxiter=maxiter, gtol=settings.gtol: hand_written(x0, args, gtol, maxiter)  # noqa: E731
+        ours_call = partial(_vector_floor(solver, settings), x0, args)
+        hand_call = partial(hand_written, x0, args, settings.gtol, maxiter)
         for call in (ours_call, hand_call):
             assert call()[1], f"{case.name}: a floor did not converge"
         ours_s = median_call_seconds(ours_call, repeats, budget_s)
@@ -604,7 +613,9 @@ def main() -> None:
     stock = run_worker(["--stock-worker", *(["--quick"] if args.quick else [])])
     import gpubackend  # noqa: F401  (only now: the stock worker must not see it)
 
-    ours = solve_times(repeats, budget_s)
+    ours_or_failed = solve_times(repeats, budget_s)
+    ours = {name: seconds for name, seconds in ours_or_failed.items() if seconds is not None}
+    assert len(ours) == len(ours_or_failed), "gpubackend's NUMBA solves every case"
     floors = floor_calls()
     floor_seconds = {name: median_call_seconds(call, repeats, budget_s) for name, (call, _) in floors.items()}
     bfgs_rows = bfgs_floor_rows(repeats, budget_s, ours)
@@ -619,18 +630,19 @@ def main() -> None:
     from rich.table import Table
 
     console = Console(width=160)
-    table = Table(title="Numba optimize ops: median per call (one run); evaluations: ours (on the floor) vs scipy")
+    table = Table(title="Numba optimize ops: median per call (one " "run); evaluations: ours (on the floor) vs scipy")
     columns = ("op method problem", "ours", "stock NUMBA", "stock / ours", "floor", "ours / floor", "evals ours", "evals scipy")
     for column in columns:
         table.add_column(column, justify="right")
     for case in CASES:
         name = case.name
         floor = floor_seconds.get(name)
+        stock_s = stock[name]
         table.add_row(
             name,
             f"{ours[name] * 1e6:.1f} us",
-            "fails" if stock[name] is None else f"{stock[name] * 1e6:.1f} us",
-            "—" if stock[name] is None else f"{stock[name] / ours[name]:.1f}x",
+            "fails" if stock_s is None else f"{stock_s * 1e6:.1f} us",
+            "—" if stock_s is None else f"{stock_s / ours[name]:.1f}x",
             "—" if floor is None else f"{floor * 1e6:.2f} us",
             "—" if floor is None else f"{ours[name] / floor:.2f}x",
             "—" if floor is None else str(floors[name][1]()),
@@ -639,8 +651,8 @@ def main() -> None:
     console.print(table)
     overhead = call_overhead_seconds(repeats, budget_s)
     console.print(
-        f"A PyTensor call of a trivial NUMBA function costs {overhead * 1e6:.1f} us; the floor pays none of it, "
-        "nor the inner graph's cost per evaluation. Root methods evaluate the equations and Jacobian together. "
+        "A PyTensor call of a trivial NUMBA function costs " f"{overhead * 1e6:.1f} us; the floor pays none of it, "
+        "nor the inner graph's cost per evaluation. Root " "methods evaluate the equations and Jacobian together. "
         f"OpenBLAS threads: {os.environ['OPENBLAS_NUM_THREADS']} (see the module docstring)."
     )
 

@@ -1,4 +1,5 @@
-"""What a PyMC user asks before choosing a sampling path: compile time, logp+gradient cost, ESS per second.
+"""What a PyMC user asks before choosing a sampling path: compile time, logp+gradient cost, ESS per
+second.
 
 For each model of tests/pymc_models.py that stock JAX cannot lower, and that
 every timed path can run (the Kalman-filter models join once they exist),
@@ -14,14 +15,13 @@ this prints:
   ``MCMC.run`` and PyMC's ``pm.sample`` re-trace the chains' set-up every run).
 
 OpenBLAS runs on one thread (unless ``OPENBLAS_NUM_THREADS`` is set; see the
-comment at its setting). Each path is built once (timed) and then sampled ``repeats + 1`` times with the
-same settings and different seeds. Sampling time is the median of the runs
-after the first; compile time is the build plus what the first run took beyond
-that median (a JIT's compilation on first call: numpyro's loop, nutpie's JAX
-functions). ESS/s is the median over those runs. Ratios are against the
-baseline measured in the same run. With a GPU, the GPU rows run numpyro
-vectorized on it with 4 to 1024 chains and compare ESS/s with the same chains
-on the CPU; without one they are reported as skipped.
+comment at its setting). Each path is built once (timed) and then sampled ``repeats + 1`` times with
+the same settings and different seeds. Sampling time is the median of the runs after the first;
+compile time is the build plus what the first run took beyond that median (a JIT's compilation on
+first call: numpyro's loop, nutpie's JAX functions). ESS/s is the median over those runs. Ratios are
+against the baseline measured in the same run. With a GPU, the GPU rows run numpyro vectorized on it
+with 4 to 1024 chains and compare ESS/s with the same chains on the CPU; without one they are
+reported as skipped.
 """
 
 from __future__ import annotations
@@ -47,19 +47,20 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("GPUBACKEND_DEVICE", "cpu:1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import arviz  # noqa: E402
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import pymc as pm  # noqa: E402
-from _timing import format_seconds, median_seconds  # noqa: E402
-from pymc.sampling.jax import get_jaxified_logp  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import arviz
+import jax
+import numpy as np
+import pymc as pm
+from _timing import format_seconds, median_seconds
+from pymc.sampling.jax import get_jaxified_logp
+from rich.console import Console
+from rich.table import Table
 
-import gpubackend  # noqa: E402
-from tests.pymc_models import CASES  # noqa: E402
+import gpubackend
+from tests.pymc_models import CASES
 
-# The while-Scan trace model needs a stock JAX linker to hold a data-dependent trace: not timed here.
+# The while-Scan trace model needs a stock JAX linker to hold a data-dependent trace: not timed
+# here.
 BENCHMARKED = ["ofg_reused", "scan_length_from_data", "while_scan_last", "optimize_starts", "minimize_blockwise", "censored_gamma"]
 # Models that join the default list as soon as tests/pymc_models.py defines them.
 BENCHMARKED += [name for name in ("kalman_standard", "kalman_convergent") if name in CASES]
@@ -81,7 +82,8 @@ class PathTiming:
 
 
 def time_path(build: Callable[[], object], sample: Callable[[object, int], float], repeats: int) -> PathTiming:
-    """Build once, then sample ``repeats + 1`` times; ``sample(built, seed)`` returns the min bulk ESS."""
+    """Build once, then sample ``repeats + 1`` times; ``sample(built, seed)`` returns the min bulk
+    ESS."""
     began = time.perf_counter()
     built = build()
     build_seconds = time.perf_counter() - began
@@ -127,8 +129,11 @@ def nutpie_path(model: pm.Model, backend: str, draws: int, chains: int = CHAINS)
     return build, sample
 
 
-def numpyro_vectorized(model: pm.Model, draws: int, chains: int = CHAINS, device: jax.Device | None = None):
-    """numpyro's NUTS kernel on the model's jaxified logp, chains vectorized, warmup and draws in one jitted function.
+def numpyro_vectorized(
+    model: pm.Model, draws: int, chains: int = CHAINS, device: jax.Device | None = None
+) -> tuple[Callable[[], object], Callable[[object, int], float]]:
+    """numpyro's NUTS kernel on the model's jaxified logp, chains vectorized, warmup and draws in
+    one jitted function.
 
     numpyro's ``MCMC.run`` (and so ``pm.sample(nuts_sampler="numpyro")``)
     initialises the chains outside any jit: its step-size and adaptation setup
@@ -238,11 +243,10 @@ def sampling_rows(name: str, model: pm.Model, draws: int, repeats: int) -> list[
         if isinstance(t, str):
             rows.append([name, path, t, "—", "—", "—", "—"])
             continue
-        compared = isinstance(baseline, PathTiming)
         rows.append([
             name, path, format_seconds(t.compile_seconds), format_seconds(t.sampling_seconds), f"{t.ess_per_second:.0f}",
-            f"{t.ess_per_second / baseline.ess_per_second:.2f}x" if compared else "—",
-            f"{t.compile_seconds / baseline.compile_seconds:.2f}x" if compared else "—",
+            f"{t.ess_per_second / baseline.ess_per_second:.2f}x" if isinstance(baseline, PathTiming) else "—",
+            f"{t.compile_seconds / baseline.compile_seconds:.2f}x" if isinstance(baseline, PathTiming) else "—",
         ])
     return rows
 
@@ -253,7 +257,7 @@ def gpu_rows(names: list[str], draws: int, repeats: int, console: Console) -> No
         console.print("GPU rows skipped: JAX sees no GPU on this machine.")
         return
     cpu = jax.devices("cpu")[0]
-    table = Table(title=f"numpyro vectorized on {gpubackend.devices.describe_device(gpus[0])} vs the CPU: ESS/s of sampling")
+    table = Table(title=f"numpyro vectorized on {gpubackend.devices.describe_device(gpus[0])} " "vs the CPU: ESS/s of sampling")
     for column in ("model", "chains", "GPU ESS/s", "CPU ESS/s", "GPU / CPU"):
         table.add_column(column)
     for name in names:
@@ -293,7 +297,7 @@ def main() -> None:
         logp_table.add_row(*logp_grad_row(name, model, eval_repeat))
     console.print(logp_table)
 
-    table = Table(title="Sampling paths on CPU: compile and sampling apart; ESS/s of sampling alone (baseline: pymc NUTS, NUMBA)")
+    table = Table(title="Sampling paths on CPU: compile and sampling apart; " "ESS/s of sampling alone (baseline: pymc NUTS, NUMBA)")
     for column in ("model", "path", "compile", "sampling", "ESS/s", "ESS/s vs baseline", "compile vs baseline"):
         table.add_column(column)
     for name, model in models.items():

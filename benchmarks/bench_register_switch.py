@@ -1,11 +1,12 @@
-"""What keeping stock dispatch (``GPUBACKEND_REGISTER=jax_gpu``) costs JAX_GPU per compile (medians, one run).
+"""What keeping stock dispatch (``GPUBACKEND_REGISTER=jax_gpu``) costs JAX_GPU per compile (medians,
+one run).
 
 The switch is read when gpubackend is imported, so each sample is a fresh
 interpreter that compiles a few conformance catalogue graphs, built afresh each
 time, under mode="JAX_GPU" (the ``pytensor.function`` call: rewrites and
 lowering; the XLA compile of the first call is the same in both modes and left
-out), keeping its best of a few compiles per graph. Interpreters with the default (global registration) and
-with the switch alternate, and the table gives, per graph, the median over
+out), keeping its best of a few compiles per graph. Interpreters with the default (global
+registration) and with the switch alternate, and the table gives, per graph, the median over
 interpreters of each, scoped / global. Goal: <= 1.05x.
 
 Run: ``python benchmarks/bench_register_switch.py [--quick]``.

@@ -16,14 +16,13 @@ NUMBA while the parameters jump between points whose step counts differ, as a
 sampler's do (goal: JAX_GPU at most 2× NUMBA), and how many XLA compiles the
 calls after the first make (goal: none).
 
-**Return against ready.** A 400-wide while-Scan (``x <- tanh(W x) + b`` until it settles, at most 100
-steps). JAX dispatches asynchronously, so a call that makes no host read
-returns long before its result is ready; a call that reads a step count back
-returns only once the loop is done. Per graph the script prints the median
-time for the call to return, the median time until ``jax.block_until_ready``
-of its result, their ratio (near 0: asynchronous; near 1: the call synced with
-the device) and the explicit host reads per call. Run it on two checkouts to
-compare them (``PYTHONPATH=<checkout> python benchmarks/bench_while_scan.py``).
+**Return against ready.** A 400-wide while-Scan (``x <- tanh(W x) + b`` until it settles, at most
+100 steps). JAX dispatches asynchronously, so a call that makes no host read returns long before its
+result is ready; a call that reads a step count back returns only once the loop is done. Per graph
+the script prints the median time for the call to return, the median time until
+``jax.block_until_ready`` of its result, their ratio (near 0: asynchronous; near 1: the call synced
+with the device) and the explicit host reads per call. Run it on two checkouts to compare them
+(``PYTHONPATH=<checkout> python benchmarks/bench_while_scan.py``).
 """
 
 from __future__ import annotations
@@ -33,21 +32,22 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 os.environ.setdefault("GPUBACKEND_DEVICE", "cpu:1")
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import pytensor  # noqa: E402
-import pytensor.tensor as pt  # noqa: E402
-from _timing import format_seconds  # noqa: E402
-from pytensor.scan.utils import until  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import jax
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from _timing import format_seconds
+from pytensor.scan.utils import until
+from rich.console import Console
+from rich.table import Table
 
-import gpubackend  # noqa: E402
+import gpubackend
 
 WIDTH = 400
 MAX_STEPS = 100
@@ -106,7 +106,8 @@ def newton_gradient(bound: int) -> tuple[list, pt.TensorVariable]:
 
 
 def hand_written_gradient(bound: int):
-    """The floor: the same loop by hand, carrying d(x)/d(a) along (each entry depends on its own ``a`` only)."""
+    """The floor: the same loop by hand, carrying d(x)/d(a) along (each entry depends on its own
+    ``a`` only)."""
     import jax.numpy as jnp
 
     @jax.jit
@@ -127,7 +128,8 @@ def hand_written_gradient(bound: int):
 
 
 def interleaved_medians(calls: dict, repeat: int) -> dict:
-    """Median seconds per call of each call, timed round-robin so that drift in the machine's load hits all alike."""
+    """Median seconds per call of each call, timed round-robin so that drift in the machine's load
+    hits all alike."""
     for call in calls.values():
         jax.block_until_ready(call())
     times: dict = {key: [] for key in calls}
@@ -150,16 +152,16 @@ def bound_sweep(device, repeat: int) -> None:
         for mode in SWEEP_MODES:
             fn = pytensor.function(inputs, gradient, mode=mode)
             values = resident if mode == "JAX_GPU" else [a, x0]
-            calls[mode, bound] = lambda fn=fn, values=values: fn(*values)
+            calls[mode, bound] = partial(fn, *values)
             if mode == "JAX_GPU":
                 reads[bound] = explicit_reads(fn, resident, device)
         floor = hand_written_gradient(bound)
-        calls["hand-written", bound] = lambda floor=floor: floor(*resident)
+        calls["hand-written", bound] = partial(floor, *resident)
     medians = interleaved_medians(calls, 10 * repeat)
     times: dict[str, dict[int, float]] = {mode: {} for mode in (*SWEEP_MODES, "hand-written")}
     for (mode, bound), seconds in medians.items():
         times[mode][bound] = seconds
-    table = Table(title=f"grad(xs[-1].sum(), a), Newton's sqrt on a {SWEEP_WIDTH}-vector (~6 steps), median per call on {device}")
+    table = Table(title="grad(xs[-1].sum(), a), Newton's sqrt on a " f"{SWEEP_WIDTH}-vector (~6 steps), median per call on {device}")
     for column in ("path", *(f"bound {bound}" for bound in SWEEP_BOUNDS), "10,000 / 10 (goal <= 1.5)", "/ NUMBA at 10,000"):
         table.add_column(column)
     numba_last = times["NUMBA"][SWEEP_BOUNDS[-1]]

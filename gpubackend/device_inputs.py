@@ -74,7 +74,7 @@ class DeviceResidentInput:
     def _checked_resident(self, data: jax.Array) -> jax.Array:
         if data.sharding != self.sharding and not data.sharding.is_equivalent_to(self.sharding, data.ndim):
             raise InputDeviceError(
-                f"JAX_GPU {self.label} is on {_where(data)} ({data.sharding}), but the function expects "
+                f"JAX_GPU {self.label} is on {_where(data)} " f"({data.sharding}), but the function expects "
                 f"it on {self.placement_description} ({self.sharding}). Move it on purpose with "
                 "jax.device_put(x, sharding) or pass host (numpy) data; gpubackend does not copy "
                 "between devices implicitly."
@@ -89,7 +89,7 @@ class DeviceResidentInput:
         for axis, length in self.static_dims:
             if data.shape[axis] != length:
                 raise TypeError(
-                    f"JAX_GPU {self.label} expected static shape {self.static_shape}, got {data.shape}."
+                    f"JAX_GPU {self.label} expected static shape " f"{self.static_shape}, got {data.shape}."
                 )
         return data
 
@@ -130,7 +130,8 @@ _NO_VALUE = object()
 
 
 class ResidentSharedCell:
-    """One JAX_GPU function's device copy of a shared variable, read through that variable's own storage cell.
+    """One JAX_GPU function's device copy of a shared variable, read through that variable's own
+    storage cell.
 
     The shared variable's container belongs to the user and to every function
     compiled with it (NUMBA, C, FAST_COMPILE, stock JAX, JAX_GPU on another
@@ -169,7 +170,7 @@ class ResidentSharedCell:
         source, resident = self.device_copy
         # A copy this function donated in a call that failed before its update
         # was written back is uploaded again.
-        if value is not source or resident.is_deleted():
+        if value is not source or resident is None or resident.is_deleted():
             resident = self._on_device(value)
             self.device_copy = (value, resident)
         return resident

@@ -30,20 +30,23 @@ class InputDeviceError(ValueError):
 
 
 def check_device_spec(device: object, argument: str = "device") -> None:
-    """Refuse, by argument name, a device that is neither None, a device name nor a ``jax.Device``."""
+    """Refuse, by argument name, a device that is neither None, a device name nor a
+    ``jax.Device``."""
     if device is None or isinstance(device, str):
         return
-    import jax  # a non-string device can only be a jax.Device, so jax is loaded already when it is one
+    # A non-string device can only be a jax.Device, so jax is loaded already when it is one.
+    import jax
 
     if not isinstance(device, jax.Device):
         raise TypeError(
-            f"{argument}={device!r}: expected 'gpu', 'gpu:N', 'cpu', 'cpu:N', a jax.Device or None, "
+            f"{argument}={device!r}: expected 'gpu', 'gpu:N', " "'cpu', 'cpu:N', a jax.Device or None, "
             f"got a {type(device).__name__}."
         )
 
 
 def requested_device_spec(device: DeviceSpec | None) -> DeviceSpec:
-    """The device asked for: the argument, else ``$GPUBACKEND_DEVICE`` (unless empty), else ``"gpu"``."""
+    """The device asked for: the argument, else ``$GPUBACKEND_DEVICE`` (unless empty), else
+    ``"gpu"``."""
     if device is not None:
         return device
     return os.environ.get(DEVICE_ENV_VAR, "").strip() or DEFAULT_DEVICE
@@ -104,7 +107,7 @@ def _not_found_message(spec: str, platform: str) -> str:
         f"gpubackend: the requested device {spec!r} does not exist. "
         f"JAX sees: {seen}. "
         + (
-            "For NVIDIA GPUs install the CUDA extra: pip install 'gpubackend[cuda13]' (or 'gpubackend[cuda12]' for CUDA 12 drivers). "
+            "For NVIDIA GPUs install the CUDA extra: pip install " "'gpubackend[cuda13]' (or 'gpubackend[cuda12]' for CUDA 12 drivers). "
             if platform == "gpu"
             else ""
         )

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 
 class DataDependentLengthError(NotImplementedError):
-    """A length that depends on the data (a while-Scan's trace, a boolean mask's selection) where JAX needs it while tracing."""
+    """A length that depends on the data (a while-Scan's trace, a boolean mask's selection) where
+    JAX needs it while tracing."""
 
 
 class ObjectModeFallbackWarning(UserWarning):
-    """An optimize op runs scipy in Numba object mode: gpubackend has no native solver for its method and options."""
+    """An optimize op runs scipy in Numba object mode: gpubackend has no native solver for its
+    method and options."""

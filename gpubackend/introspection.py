@@ -1,4 +1,5 @@
-"""What a compiled function shows to the checks that inspect it, through PyTensor's public attributes.
+"""What a compiled function shows to the checks that inspect it, through PyTensor's public
+attributes.
 
 The conformance suite, the main job and the tests look into a compiled
 ``pytensor.function`` only through these accessors, never through linker
@@ -27,7 +28,8 @@ def compiled_graph(fn: Function) -> FunctionGraph:
 
 
 def device_resident_inputs(fn: Function) -> tuple[bool, ...]:
-    """Per input container of ``fn`` (its explicit inputs in order, then its shared variables): kept on the device.
+    """Per input container of ``fn`` (its explicit inputs in order, then its shared variables): kept
+    on the device.
 
     True where a JAX_GPU function takes a ``jax.Array`` on its device as it is
     (README, "Where data lives under JAX_GPU"); False everywhere for other modes.
@@ -39,7 +41,8 @@ def device_resident_inputs(fn: Function) -> tuple[bool, ...]:
 
 
 def specialised_on_step_counts(fn: Function) -> bool:
-    """Whether ``fn`` (JAX_GPU) runs its graph specialised on while-Scan step counts: one compile per distinct count.
+    """Whether ``fn`` (JAX_GPU) runs its graph specialised on while-Scan step counts: one compile
+    per distinct count.
 
     Only a graph whose trace reaches an op with no rule for a run-time length
     is (README, "Cost model of while-Scans under JAX"); False for other modes.

@@ -28,15 +28,12 @@ class DispatchingJAXLinker(JAXLinker):
     graphs included, whatever ``$GPUBACKEND_REGISTER`` makes the default.
     """
 
-    context: LoweringContext
-    """The `LoweringContext` of the function being linked (one per function: it holds its cache)."""
-
     def __init__(self, lowerings: Lowerings, **kwargs: Any):
         self.lowerings = lowerings
         super().__init__(**kwargs)
 
     def lowering_context(self) -> LoweringContext:
-        """What every lowering of one function is told."""
+        """What every lowering of one function is told (one per function: it holds its cache)."""
         return LoweringContext()
 
     def fgraph_convert(self, fgraph, **kwargs):
@@ -51,9 +48,9 @@ class DispatchingJAXLinker(JAXLinker):
         and wrap it (for example a ``funcify_kwargs()`` method and a
         ``lowering_scope()`` context manager that ``fgraph_convert`` enters).
         """
-        self.context = self.lowering_context()
+        context = self.lowering_context()
         with using_lowerings(self.lowerings):
-            return super().fgraph_convert(fgraph, **kwargs, **{CONTEXT_KEYWORD: self.context})
+            return super().fgraph_convert(fgraph, **kwargs, **{CONTEXT_KEYWORD: context})
 
 
 class JAXGPULinker(DispatchingJAXLinker):
@@ -135,9 +132,13 @@ class JAXGPULinker(DispatchingJAXLinker):
         return Container(container_type, container.storage, name=variable.name)
 
     def lowering_context(self) -> LoweringContext:
+        # Where the graph's lowering says how to call its function (`jit_compile` reads it).
+        self.read_back = ReadBack()
         # The jitted graph serves PyTensor's calls only: JAX never differentiates it.
         on_cpu = self.placement.platform == "cpu"
-        return LoweringContext(read_back=ReadBack(), jax_differentiable=False, split_ladder=on_cpu)
+        return LoweringContext(
+            read_back=self.read_back, jax_differentiable=False, split_ladder=on_cpu
+        )
 
     def create_thunk_inputs(self, storage_map):
         from gpubackend.device_inputs import ResidentSharedCell
@@ -174,8 +175,9 @@ class JAXGPULinker(DispatchingJAXLinker):
                 out_shardings=self.placement.output_sharding,
             )
 
-        updated = tuple(sorted(set(self.fgraph.update_mapping.values()) - set(self.scalar_shape_inputs)))
-        plan = self.context.read_back.plan
+        shared_updates = set(self.fgraph.update_mapping.values())
+        updated = tuple(sorted(shared_updates - set(self.scalar_shape_inputs)))
+        plan = self.read_back.plan
         if plan is None:
             # The graph's plain function: nothing to read back.
             return jitted(fn, self.scalar_shape_inputs, updated)
@@ -185,9 +187,10 @@ class JAXGPULinker(DispatchingJAXLinker):
         donated = () if plan.n_specialised else _shifted(updated, 1)
         if plan.continuation is None:
             return HostReadingFunction(jitted(fn, static, donated), plan)
-        # The continuation takes (outputs, reads, overflow, *inputs) and donates what the graph would.
+        # The continuation takes (outputs, reads, overflow, *inputs), donating what the graph would.
         higher = jitted(plan.continuation, _shifted(static[1:], 2), _shifted(donated, 2))
-        return HostReadingFunction(SplitLadder(jitted(fn, static), jitted(fn, static, donated), higher), plan)
+        ladder = SplitLadder(jitted(fn, static), jitted(fn, static, donated), higher)
+        return HostReadingFunction(ladder, plan)
 
     def __repr__(self) -> str:
         if self.devices_spec is not None:

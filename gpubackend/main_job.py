@@ -35,7 +35,6 @@ from gpubackend.devices import describe_device, visible_devices
 from gpubackend.introspection import compiled_graph
 from gpubackend.mode import jax_gpu_mode
 
-
 QUICK_CASES = (
     "scan_while_until",
     "scan_last_value",
@@ -88,7 +87,7 @@ def run_demo(backend: str, mode: Mode, device: jax.Device | None) -> DemoRun:
             with jax.transfer_guard("disallow_explicit"):
                 out = fn(x_value)
             resident_call = "no transfer (checked with transfer_guard)"
-        except Exception as error:  # the guard's error type differs across JAX versions
+        except Exception as error:  # noqa: BLE001  the guard's error type differs across JAX versions
             out = fn(x_value)
             resident_call = f"transferred: {str(error).splitlines()[0][:60]}"
     else:
@@ -100,7 +99,7 @@ def run_demo(backend: str, mode: Mode, device: jax.Device | None) -> DemoRun:
     return DemoRun(
         backend=backend,
         device=describe_device(device) if device is not None else "cpu (host, real)",
-        compiled=f"{len(graph.apply_nodes)} nodes, inner graphs: {', '.join(inner_graph_ops) or 'none'}",
+        compiled=f"{len(graph.apply_nodes)} nodes, inner " f"graphs: {', '.join(inner_graph_ops) or 'none'}",
         result=float(np.asarray(out)),
         output_location=_where(out),
         shared_location=_where(state.get_value(borrow=True)),
@@ -138,7 +137,7 @@ def main(argv: list[str]) -> int:
     for device in visible_devices():
         console.print(f"  JAX device {describe_device(device)}")
     if not any(d.platform == "gpu" for d in visible_devices()):
-        console.print(escape("  No GPU is visible: JAX runs on host devices only (install gpubackend[cuda13], or [cuda12], on a CUDA machine)."))
+        console.print(escape("  No GPU is visible: JAX runs on host devices only (install " "gpubackend[cuda13], or [cuda12], on a CUDA machine)."))
 
     runs = []
     for backend, device in usable_targets():
@@ -161,7 +160,7 @@ def main(argv: list[str]) -> int:
     )
     if not args.full:
         console.print(
-            f"Conformance ran the quick subset: {len(cases)} of the catalogue's {len(CATALOGUE)} cases, "
+            f"Conformance ran the quick subset: {len(cases)} " f"of the catalogue's {len(CATALOGUE)} cases, "
             "every family represented. For all of them: python -m gpubackend run --full. "
             "With generated graphs too: python -m gpubackend conformance --backend numba jax "
             f"--device {' '.join(devices)} --generated 20 --out {args.out}/full",

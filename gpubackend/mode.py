@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytensor.compile.mode import JAX, Mode, predefined_linkers, predefined_modes, register_linker, register_mode
+from pytensor.compile.mode import (
+    JAX,
+    Mode,
+    predefined_linkers,
+    predefined_modes,
+    register_linker,
+    register_mode,
+)
 
 from gpubackend.devices import DeviceSpec
 from gpubackend.linker import DispatchingJAXLinker, JAXGPULinker

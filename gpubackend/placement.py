@@ -81,13 +81,13 @@ def _split_axis_by_input(shard: ShardSpec, inputs: Sequence[Variable]) -> dict[i
         positions = [i for i, variable in enumerate(inputs) if variable is key or (isinstance(key, str) and variable.name == key)]
         if not positions:
             known = ", ".join(repr(name) for name in names if name) or "no named inputs"
-            raise ValueError(f"shard names input {key!r}, but the function has no such input (its inputs: {known}).")
+            raise ValueError(f"shard names input {key!r}, but the function " f"has no such input (its inputs: {known}).")
         if len(positions) > 1:
-            raise ValueError(f"shard names input {key!r}, which matches several inputs; pass the variable instead.")
+            raise ValueError(f"shard names input {key!r}, which matches " "several inputs; pass the variable instead.")
         [position] = positions
         ndim = getattr(inputs[position].type, "ndim", 0)
         if not isinstance(axis, int) or not 0 <= axis < ndim:
-            raise ValueError(f"shard[{key!r}] = {axis!r}: the input has {ndim} dimensions, so the axis must be in 0..{ndim - 1}.")
+            raise ValueError(f"shard[{key!r}] = {axis!r}: the input has {ndim} " f"dimensions, so the axis must be in 0..{ndim - 1}.")
         axis_by_input[position] = axis
     return axis_by_input
 
@@ -108,7 +108,8 @@ def check_divisible(shape: tuple[int, ...], axis: int | None, sharding: Sharding
 
 
 def place(host: np.ndarray, sharding: Sharding) -> jax.Array:
-    """Upload host data explicitly. Each process fills only the shards it addresses (multi-host safe)."""
+    """Upload host data explicitly. Each process fills only the shards it addresses (multi-host
+    safe)."""
     if sharding.is_fully_addressable:
         return jax.device_put(host, sharding)
     return jax.make_array_from_callback(host.shape, sharding, host.__getitem__)

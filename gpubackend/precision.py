@@ -21,7 +21,8 @@ from gpubackend.import_hooks import when_imported
 
 @cache
 def x64_when_jax_loaded() -> bool:
-    """Whether JAX computes in 64 bits: ``floatX`` is float64 at the first call, which is when jax loads."""
+    """Whether JAX computes in 64 bits: ``floatX`` is float64 at the first call, which is when jax
+    loads."""
     return pytensor.config.floatX == "float64"
 
 

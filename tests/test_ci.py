@@ -7,14 +7,18 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / ".github" / "workflows" / "ci.yml"
 GPU_LEG = REPO / "ci" / "gpu" / "run.sh"
+CONSTRAINTS = REPO / "ci" / "constraints.txt"
 ACTIONLINT = shutil.which("actionlint", path=sysconfig.get_path("scripts")) or shutil.which("actionlint")
 
 
@@ -44,27 +48,82 @@ def test_matrix_job_merges_every_leg(workflow):
     assert any("conformance merge" in step.get("run", "") for step in merge["steps"])
 
 
-def installed_extras(make_arguments: list[str]) -> set[str]:
-    """The extras that ``make venv`` with these arguments installs, read from its dry run."""
+def project_install(make_arguments: list[str]) -> tuple[set[str], str]:
+    """The extras that ``make venv`` with these arguments installs, and the rest of that pip
+    command line, read from its dry run."""
     result = subprocess.run(
         ["make", "-n", "-B", "--no-print-directory", "venv", *make_arguments], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    installs = re.findall(r'pip install -q -e "\.\[([^\]]*)\]"', result.stdout)
+    installs = re.findall(r'pip install -q -e "\.\[([^\]]*)\]"(.*)$', result.stdout, re.MULTILINE)
     assert len(installs) == 1, result.stdout
-    return set(installs[0].split(","))
+    extras, rest = installs[0]
+    return set(extras.split(",")), rest
+
+
+def installed_extras(make_arguments: list[str]) -> set[str]:
+    return project_install(make_arguments)[0]
+
+
+def gpu_leg_extras() -> list[str]:
+    leg_extras = re.findall(r'^\s*extras="([^"]+)"$', GPU_LEG.read_text(), re.MULTILINE)
+    assert len(leg_extras) == 2  # the simulated leg and the real one
+    return leg_extras
 
 
 def test_every_leg_installs_the_conformance_extra(workflow):
     """The suite's commands need gpubackend[conformance]: make run/test/conformance, the GPU leg, the matrix job."""
     assert {"conformance", "test"} <= installed_extras([])
-    leg_extras = re.findall(r'^\s*extras="([^"]+)"$', GPU_LEG.read_text(), re.MULTILINE)
-    assert len(leg_extras) == 2  # the simulated leg and the real one
-    for extras in leg_extras:
+    for extras in gpu_leg_extras():
         assert {"conformance", "test"} <= installed_extras([f"EXTRAS={extras}"])
     merge = next(step["run"] for step in workflow["jobs"]["matrix"]["steps"] if "conformance merge" in step.get("run", ""))
     make_venv = shlex.split(next(line for line in merge.splitlines() if line.strip().startswith("make venv")))
     assert "conformance" in installed_extras(make_venv[2:])
+
+
+def test_every_leg_installs_the_versions_ci_tested():
+    """make run/test/conformance and both GPU legs install under ci/constraints.txt."""
+    for arguments in ([], *([f"EXTRAS={extras}"] for extras in gpu_leg_extras())):
+        assert project_install(arguments)[1].split() == ["-c", str(CONSTRAINTS.relative_to(REPO))]
+
+
+def test_a_changed_constraints_file_reinstalls(tmp_path):
+    stamp = tmp_path / "stamp"
+    stamp.touch()
+
+    def dry_run(*flags: str) -> str:
+        command = ["make", "-n", "--no-print-directory", *flags, "venv", f"STAMP={stamp}"]
+        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert "pip install" not in dry_run()
+    assert "pip install" in dry_run("-W", str(CONSTRAINTS.relative_to(REPO)))
+
+
+def pinned_versions() -> dict[str, str]:
+    pins = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_constraints_pin_every_requirement_within_its_range():
+    """A range edited in pyproject.toml without `make constraints` would leave CI on a stale pin,
+    or make the install unsatisfiable. The cuda extras are not pinned (README, "Pinned
+    versions")."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    pins = pinned_versions()
+    for line in project["dependencies"] + extras["conformance"] + extras["test"]:
+        requirement = Requirement(line)
+        if requirement.name == project["name"]:
+            continue
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not in {CONSTRAINTS.name}"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (line, pins[name])
 
 
 def test_numba_cache_is_kept_between_runs(workflow):
@@ -115,9 +174,13 @@ def test_gpu_leg_uses_a_provisioned_python_and_names_what_it_lacks(tmp_path):
 
 
 @pytest.mark.parametrize(("flags", "report_only"), [(None, False), ("--while-report-only", True)])
-def test_cpu_leg_runs_the_while_scan_differential(flags, report_only):
-    # STAMP=Makefile: the virtualenv counts as built, so the dry run prints the conformance recipe alone.
-    overrides = ["STAMP=Makefile"] + ([] if flags is None else [f"WHILE_FLAGS={flags}"])
+def test_cpu_leg_runs_the_while_scan_differential(tmp_path, flags, report_only):
+    # A stamp newer than pyproject.toml and the constraints: the virtualenv counts as built, so the
+    # dry run prints the conformance recipe alone. (Not STAMP=Makefile: make remakes its own
+    # makefile even under -n.)
+    stamp = tmp_path / "stamp"
+    stamp.touch()
+    overrides = [f"STAMP={stamp}"] + ([] if flags is None else [f"WHILE_FLAGS={flags}"])
     env = {k: v for k, v in os.environ.items() if k not in ("WHILE_GRAPHS", "WHILE_FLAGS")}
     result = subprocess.run(
         ["make", "-n", "conformance", *overrides], cwd=REPO, capture_output=True, text=True, env=env, timeout=60

@@ -30,12 +30,12 @@ from tests.pymc_models import (
     ConvergentKalmanFilter,
     local_level_system,
 )
-from tests.test_pymc import LOGP_PATHS, pytensor_logp_dlogp, model
+from tests.test_pymc import LOGP_PATHS, REFERENCE_LOGP_PATHS, compiled_logp_dlogp, model
 
 # The convergent filter's error is the gain frozen a step or so before the fixed point:
 # a covariance off by about RICCATI_TOL over the remaining steps, far above rounding.
 RTOL = {"kalman_standard": 1e-10, "kalman_convergent": 1e-8}
-PATHS = {"NUMBA": pytensor_logp_dlogp("NUMBA"), "FAST_COMPILE": pytensor_logp_dlogp("FAST_COMPILE"), **LOGP_PATHS}
+PATHS = [*REFERENCE_LOGP_PATHS, *LOGP_PATHS]
 # (sigma_state, sigma_obs): the covariance settles after 13 steps, 19, never (only the
 # last observation runs with the steady gain), 4.
 SIGMA_POINTS = ((1.0, 1.0), (0.3, 0.5), (0.1, 1.0), (2.0, 0.2))
@@ -86,12 +86,12 @@ def model_reference(sigmas: tuple[float, float]) -> tuple[float, np.ndarray]:
     return logp, (dloglike - sigma) * sigma + 1
 
 
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case_name", list(RTOL))
 def test_logp_and_gradient_match_numpy_kalman_filter(case_name: str, path: str) -> None:
     m = model(case_name)
     assert [rv.name for rv in m.free_RVs] == ["sigma_state", "sigma_obs"]
-    logp, dlogp = PATHS[path](m)
+    logp, dlogp = compiled_logp_dlogp(case_name, path)
     for sigmas in SIGMA_POINTS:
         point = value_point(m, sigmas)
         want_logp, want_dlogp = model_reference(sigmas)

@@ -125,9 +125,13 @@ def quiet_pymc():
 
 
 @functools.cache
+def sampled_posterior(case_name: str, path: str):
+    return SAMPLER_PATHS[path](model(case_name)).posterior
+
+
 def numba_reference(case_name: str):
     """PyMC's own sampler on NUMBA: the reference where a case has no closed form."""
-    return SAMPLER_PATHS["pymc_NUMBA"](model(case_name)).posterior
+    return sampled_posterior(case_name, "pymc_NUMBA")
 
 
 def _means_and_mcse(posterior, names) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -152,17 +156,21 @@ def assert_posterior_means(case: PyMCCase, posterior) -> None:
 
 @pytest.mark.parametrize(("case_name", "path"), [cell(c, p) for c in CASES for p in SAMPLER_PATHS])
 def test_posterior_means(case_name: str, path: str) -> None:
-    idata = SAMPLER_PATHS[path](model(case_name))
-    assert_posterior_means(CASES[case_name], idata.posterior)
+    assert_posterior_means(CASES[case_name], sampled_posterior(case_name, path))
+
+
+@functools.cache
+def map_estimate(case_name: str, mode: str) -> dict[str, np.ndarray]:
+    return pm.find_MAP(model=model(case_name), compile_kwargs={"mode": mode}, progressbar=False)
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case_name", list(CASES))
 def test_find_map(case_name: str, mode: str) -> None:
     case, m = CASES[case_name], model(case_name)
-    found = pm.find_MAP(model=m, compile_kwargs={"mode": mode}, progressbar=False)
+    found = map_estimate(case_name, mode)
     # Every closed-form posterior here is Gaussian, so its mode is its mean.
-    want = case.posterior_mean or pm.find_MAP(model=model(case_name), compile_kwargs={"mode": "NUMBA"}, progressbar=False)
+    want = case.posterior_mean or map_estimate(case_name, "NUMBA")
     for name in case.posterior_mean or [rv.name for rv in m.free_RVs]:
         np.testing.assert_allclose(found[name], want[name], atol=MAP_ATOL, err_msg=name)
 
@@ -205,10 +213,6 @@ def test_posterior_predictive(case_name: str, mode: str) -> None:
     assert abs(float(predicted.mean() - reference.mean())) <= tolerance
 
 
-def _numba_logp_dlogp(m: pm.Model):
-    return m.compile_logp(mode="NUMBA"), m.compile_dlogp(mode="NUMBA")
-
-
 def pytensor_logp_dlogp(mode: str):
     return lambda m: (m.compile_logp(mode=mode), m.compile_dlogp(mode=mode))
 
@@ -237,6 +241,17 @@ LOGP_PATHS = {
     "stock_JAX_pytensor_grad": pytensor_logp_dlogp("JAX"),  # nutpie gradient_backend="pytensor"
     "JAX_GPU": pytensor_logp_dlogp("JAX_GPU"),  # pm.sample, find_MAP
 }
+# The references: NUMBA here, and both in tests/test_kalman.py.
+REFERENCE_LOGP_PATHS = {mode: pytensor_logp_dlogp(mode) for mode in ("NUMBA", "FAST_COMPILE")}
+
+
+@functools.cache
+def compiled_logp_dlogp(case_name: str, path: str):
+    """A case's logp and gradient compiled once per path: pure functions of the point, so the
+    tests here and in tests/test_kalman.py that evaluate them share them."""
+    return (LOGP_PATHS | REFERENCE_LOGP_PATHS)[path](model(case_name))
+
+
 def fixed_points(m: pm.Model) -> list[dict[str, np.ndarray]]:
     """The initial point and two points moved off it, in the value (transformed) space."""
     start = m.initial_point()
@@ -245,7 +260,7 @@ def fixed_points(m: pm.Model) -> list[dict[str, np.ndarray]]:
 
 @functools.cache
 def numba_logp_at_points(case_name: str) -> list[tuple[float, np.ndarray]]:
-    logp, dlogp = _numba_logp_dlogp(model(case_name))
+    logp, dlogp = compiled_logp_dlogp(case_name, "NUMBA")
     return [(float(logp(point)), np.asarray(dlogp(point))) for point in fixed_points(model(case_name))]
 
 
@@ -253,7 +268,7 @@ def numba_logp_at_points(case_name: str) -> list[tuple[float, np.ndarray]]:
 @pytest.mark.parametrize("case_name", list(CASES))
 def test_logp_and_gradient_match_numba(case_name: str, path: str) -> None:
     case, m = CASES[case_name], model(case_name)
-    logp, dlogp = LOGP_PATHS[path](m)
+    logp, dlogp = compiled_logp_dlogp(case_name, path)
     for point, (want_logp, want_dlogp) in zip(fixed_points(m), numba_logp_at_points(case_name), strict=True):
         np.testing.assert_allclose(float(logp(point)), want_logp, rtol=case.logp_rtol)
         np.testing.assert_allclose(np.asarray(dlogp(point)), want_dlogp, rtol=case.logp_rtol, atol=case.logp_rtol)

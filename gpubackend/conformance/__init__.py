@@ -1,4 +1,5 @@
-"""The conformance suite: canonical graphs checked case by case, backend by backend, device by device.
+"""The conformance suite: canonical graphs checked case by case, backend by backend, device by
+device.
 
 `run_suite` runs the catalogue and returns a `Report`; `write_reports` writes it
 as JSON, JUnit XML, Markdown and HTML.

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 import pytensor
 import pytensor.scalar as ps
 import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
+from pytensor.conditional.op import ifelse
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import vectorize_graph
-from pytensor.conditional.op import ifelse
-from pytensor.scan import until
 from pytensor.scalar.loop import ScalarLoop
+from pytensor.scan import until
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.optimize import minimize, minimize_scalar, root, root_scalar
 
@@ -79,7 +80,8 @@ def register_case(
 
 
 def select_cases(pattern: str | None = None) -> list[Case]:
-    """Cases whose name or family contains ``pattern`` (all when None); comma-separated patterns OR together."""
+    """Cases whose name or family contains ``pattern`` (all when None); comma-separated patterns OR
+    together."""
     if not pattern:
         return list(CATALOGUE.values())
     needles = [needle.strip() for needle in pattern.split(",") if needle.strip()]
@@ -129,7 +131,8 @@ def case_scan_sit_sot() -> CaseGraph:
 
 
 def _two_tap_recurrence() -> tuple[Variable, Variable, Variable]:
-    """``x_t = a * x_{t-1} + x_{t-2}`` for 6 steps: the inputs ``init`` (2 rows) and ``a``, and every state."""
+    """``x_t = a * x_{t-1} + x_{t-2}`` for 6 steps: the inputs ``init`` (2 rows) and ``a``, and
+    every state."""
     init, a = pt.matrix("init"), pt.scalar("a")
     seq = _scan(
         lambda x_tm2, x_tm1, a: a * x_tm1 + x_tm2,
@@ -167,7 +170,8 @@ def case_scan_grad_mit_mot() -> CaseGraph:
 
 
 def _second_order_grads(cost: Variable, first: list[Variable], second: list[Variable]) -> list[Variable]:
-    """Gradients of the summed first-order gradients: they differentiate the gradient Scan (mit-mot) again."""
+    """Gradients of the summed first-order gradients: they differentiate the gradient Scan (mit-mot)
+    again."""
     summed = pt.add(*(grad.sum() for grad in pytensor.grad(cost, first)))
     return pytensor.grad(summed, second)
 
@@ -403,7 +407,12 @@ def case_gammainc_grad_k() -> CaseGraph:
 # --- Optimize ops ---------------------------------------------------------------
 
 
-SOLVER_TOLERANCE = {"rtol": 1e-4, "atol": 1e-6}
+class Tolerance(TypedDict):
+    rtol: float
+    atol: float
+
+
+SOLVER_TOLERANCE = Tolerance(rtol=1e-4, atol=1e-6)
 
 
 def _quartic_objective(x: Variable, a: Variable) -> Variable:
@@ -412,7 +421,8 @@ def _quartic_objective(x: Variable, a: Variable) -> Variable:
 
 
 def _solver_case(x: Variable, a: Variable, solved: tuple[Variable, Variable], values: list) -> CaseGraph:
-    """Outputs: the solution, its success flag, and the solution's gradient with respect to ``a``."""
+    """Outputs: the solution, its success flag, and the solution's gradient with respect to
+    ``a``."""
     solution, success = solved
     outputs = [solution, success, pytensor.grad(solution.sum(), a)]
     return CaseGraph([x, a], outputs, [np.asarray(v, dtype=float) for v in values], **SOLVER_TOLERANCE)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import cache, partial
 
 import jax
 import jax.numpy as jnp
@@ -98,7 +98,8 @@ def check_baked(case: Case, graph: CaseGraph, fn: Function, bakes_inplace: bool)
 
 
 def resident_inputs(fn: Function, values: Sequence, device: jax.Device) -> list:
-    """The test values, already on ``device`` wherever the function keeps that input on the device."""
+    """The test values, already on ``device`` wherever the function keeps that input on the
+    device."""
     # values covers the explicit inputs; the shared variables' flags after theirs go unused
     return [
         jax.device_put(value, device) if resident else value
@@ -110,7 +111,8 @@ def check_resident(
     fn: Function, graph: CaseGraph, device_spec: str, outputs: Sequence, declared_reads: int = 0
 ) -> CheckResult:
     """Outputs are on the target device, and a warm call with resident inputs uploads nothing and
-    reads from the device exactly the ``declared_reads`` explicit times (``jax.device_get``), never implicitly."""
+    reads from the device exactly the ``declared_reads`` explicit times (``jax.device_get``), never
+    implicitly."""
     device = resolve_device(device_spec)
     misplaced = [
         position
@@ -133,7 +135,8 @@ def check_resident(
 
 @dataclass(frozen=True)
 class HostReads:
-    """Device-to-host reads seen in one call: explicit ones counted, implicit ones described (empty: none)."""
+    """Device-to-host reads seen in one call: explicit ones counted, implicit ones described (empty:
+    none)."""
 
     explicit: int
     implicit: str
@@ -165,12 +168,13 @@ def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> Host
         started = time.perf_counter()
         outputs = fn(*inputs)
         returned = time.perf_counter() - started
-        # A read of anything computed from the inputs had to wait for them.
-        waited = bool(gates) and all(gate.is_ready() for gate in gates)
+        # A read of anything computed from the inputs had to wait for them. (`jax.Array`'s
+        # annotations lack `is_ready`, which every concrete array has.)
+        waited = bool(gates) and all(gate.is_ready() for gate in gates)  # type: ignore[attr-defined]
     jax.block_until_ready(outputs)
     if not timed:
         return HostReads(explicit[0], "", "transfer guard")
-    method = f"returned after {returned * 1e3:.0f} ms, its inputs {'ready' if waited else 'still pending'}"
+    method = f"returned after {returned * 1e3:.0f} ms, " f"its inputs {'ready' if waited else 'still pending'}"
     if waited and not explicit[0]:
         return HostReads(0, f"the call waited for its inputs' values ({method})", method)
     return HostReads(explicit[0], "", method)
@@ -178,7 +182,8 @@ def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> Host
 
 @contextmanager
 def _counting_device_gets() -> Iterator[list[int]]:
-    """Count ``jax.device_get`` calls (the only explicit read the backend makes) while the block runs."""
+    """Count ``jax.device_get`` calls (the only explicit read the backend makes) while the block
+    runs."""
     original = jax.device_get
     count = [0]
 
@@ -210,7 +215,7 @@ def _gated(value: jax.Array) -> jax.Array:
     return _wait_then_pass(value, _gate_rounds(next(iter(value.devices()))))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gate_rounds(device: jax.Device) -> int:
     """Rounds of the wait that take about `_GATE_TARGET_SECONDS` on ``device``."""
     probe = jax.device_put(np.zeros((), np.float32), device)

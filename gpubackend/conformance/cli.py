@@ -31,17 +31,17 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-catalogue", action="store_true", help="skip the catalogue (run only generated graphs)")
     parser.add_argument(
         "--generated-while", type=int, default=0, metavar="N",
-        help="also run N generated while-Scan graphs differentially (each mode against FAST_COMPILE); "
+        help="also run N generated while-Scan graphs " "differentially (each mode against FAST_COMPILE); "
         "writes while_scan_differential.{json,md}",
     )
     parser.add_argument(
         "--while-modes", nargs="+", default=list(DEFAULT_MODES), choices=sorted(DIFFERENTIAL_MODES),
-        help="the modes the while-Scan graphs run on, each JAX mode on every --device, numba on cpu: "
+        help="the modes the while-Scan graphs run on, " "each JAX mode on every --device, numba on cpu: "
         + "; ".join(f"{name}: {mode.description}" for name, mode in DIFFERENTIAL_MODES.items()),
     )
     parser.add_argument(
         "--while-report-only", action="store_true",
-        help="report the while-Scan differential's failures without making the exit status non-zero",
+        help="report the while-Scan differential's " "failures without making the exit status non-zero",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser

@@ -1,4 +1,5 @@
-"""The differential run of generated while-Scan graphs: every JAX path and NUMBA against ``FAST_COMPILE``.
+"""The differential run of generated while-Scan graphs: every JAX path and NUMBA against
+``FAST_COMPILE``.
 
 Each spec (`while_scan_graphs`) is built, compiled once per mode and called
 once per entry of its ``stops`` (inputs that move the stopping step: one call
@@ -14,12 +15,11 @@ A mode may refuse instead, by name: `gpubackend.DataDependentLengthError`
 (`refused`). A path that does not own the call (stock ``mode="JAX"``,
 ``get_jaxified_graph``) checks inside the computation, where only JAX's runtime
 error can come out: it passes as `checked` when that error's message names the
-reference's error type (README, "While-Scans under JAX"). What else it does is `silent-wrong` (values where the reference
-raises, or other values), `wrong-error` (another error type), `raw-error`
-(an error where the reference returns values, or any other error at compile
-time) or `crash` (its worker process died). `n/a`: the mode does not take such
-a graph by design (PyMC's ``get_jaxified_graph`` refuses shared random
-generators).
+reference's error type (README, "While-Scans under JAX"). What else it does is `silent-wrong`
+(values where the reference raises, or other values), `wrong-error` (another error type),
+`raw-error` (an error where the reference returns values, or any other error at compile time) or
+`crash` (its worker process died). `n/a`: the mode does not take such a graph by design (PyMC's
+``get_jaxified_graph`` refuses shared random generators).
 
 The expected outcome is numpy's (`while_scan_graphs.truth`) where the graph
 has a numpy twin, else FAST_COMPILE's. Two more oracles find PyTensor's own
@@ -88,21 +88,24 @@ _SEVERITY = (CRASH, SILENT_WRONG, WRONG_ERROR, RAW_ERROR, REFUSED, NOT_APPLICABL
 
 REFERENCE_MODE = "FAST_COMPILE"
 REWRITTEN_MODE = Mode(linker="py", optimizer="fast_run")
-"""The graph after PyTensor's FAST_RUN rewrites, run by Python: what a compiled mode should compute."""
+"""The graph after PyTensor's FAST_RUN rewrites, run by Python: what a compiled mode should
+compute."""
 RTOL, ATOL = 1e-6, 1e-8
 CHUNK = 40
 """Specs per worker process: a fresh process bounds what a long run's compiled functions hold."""
 
 
-# --- What one run of one graph gave ---------------------------------------------------------------------
+# --- What one run of one graph gave ---------------------------------------------------------------
 
 
 _CHECKED_IN_COMPUTATION = re.compile(r"EquinoxRuntimeError: ([A-Za-z]+Error): ")
-"""How the reference's error type shows in JAX's runtime error from a check inside the computation."""
+"""How the reference's error type shows in JAX's runtime error from a check inside the
+computation."""
 
 
 def _error_family(error: BaseException) -> str:
-    """The nearest built-in class of ``error``'s type, beyond Exception: what "the same error type" compares."""
+    """The nearest built-in class of ``error``'s type, beyond Exception: what "the same error type"
+    compares."""
     for cls in type(error).__mro__:
         if cls.__module__ == "builtins" and cls not in (Exception, BaseException):
             return cls.__name__
@@ -143,7 +146,8 @@ class Outcome:
 
 
 def same_outcome(got: Outcome, expected: Outcome, dtypes: Sequence[str] | None = None) -> bool:
-    """Both raise errors of one family, or both return values equal in shape and value (and ``got`` has ``dtypes``)."""
+    """Both raise errors of one family, or both return values equal in shape and value (and ``got``
+    has ``dtypes``)."""
     if got.values is None or expected.values is None:
         return got.values is None and expected.values is None and got.family == expected.family
     if len(got.values) != len(expected.values):
@@ -173,14 +177,16 @@ class Observation:
 
 @dataclass
 class ReferenceObservation:
-    """The oracles' outcomes for one spec: FAST_COMPILE, the rewritten graph, numpy (None: no numpy twin)."""
+    """The oracles' outcomes for one spec: FAST_COMPILE, the rewritten graph, numpy (None: no numpy
+    twin)."""
 
     reference: list[Outcome] = field(default_factory=list)
     rewritten: list[Outcome] = field(default_factory=list)
     truth: list[Outcome | None] = field(default_factory=list)
     dtypes: tuple[str, ...] = ()
     invalid: str = ""
-    """No reference: building or compiling the graph under FAST_COMPILE failed, or its worker died."""
+    """No reference: building or compiling the graph under FAST_COMPILE failed, or its worker
+    died."""
 
 
 def _call_each(fn: Callable, graph: WhileGraph) -> list[Outcome]:
@@ -207,7 +213,8 @@ def _pytensor_function(graph: WhileGraph, mode: Mode | str) -> Callable:
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    # Stock JAX warns about shared random generators and dropped checks; outcomes carry what matters.
+    # Stock JAX warns about shared random generators and dropped checks; outcomes carry what
+    # matters.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
@@ -239,7 +246,7 @@ def _truth_outcome(spec: WhileGraphSpec, values: dict[str, np.ndarray]) -> Outco
         return Outcome.raised(error, "call")
 
 
-# --- The modes under test -------------------------------------------------------------------------------
+# --- The modes under test -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -283,7 +290,7 @@ def _jaxified_not_applicable(spec: WhileGraphSpec) -> str:
     if importlib.util.find_spec("pymc") is None:
         return "PyMC is not installed (pip install pymc): get_jaxified_graph is PyMC's"
     if spec.loop.rng:
-        return "get_jaxified_graph refuses shared random generators (PyMC's ValueError); its samplers never pass one"
+        return "get_jaxified_graph refuses shared random generators " "(PyMC's ValueError); its samplers never pass one"
     return ""
 
 
@@ -321,7 +328,7 @@ def mode_device_pairs(modes: Sequence[str], devices: Sequence[str]) -> list[tupl
     return name_device_pairs(modes, host_only, devices, "differential mode(s)")
 
 
-# --- Verdicts -------------------------------------------------------------------------------------------
+# --- Verdicts -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -337,7 +344,8 @@ def _call_label(spec: WhileGraphSpec, index: int) -> str:
 
 
 def _raised_inside_as(got: Outcome, expected: Outcome) -> bool:
-    """``got`` is a check inside the computation raising the error ``expected`` raises (paths that do not own the call)."""
+    """``got`` is a check inside the computation raising the error ``expected`` raises (paths that
+    do not own the call)."""
     return bool(got.checked_as) and expected.values is None and got.checked_as == expected.family
 
 
@@ -380,14 +388,15 @@ def classify(spec: WhileGraphSpec, oracles: ReferenceObservation, observation: O
     return min(verdicts, key=lambda verdict: _SEVERITY.index(verdict.status))
 
 
-# --- A run over many specs ------------------------------------------------------------------------------
+# --- A run over many specs ------------------------------------------------------------------------
 
 
 @dataclass
 class SpecResult:
     name: str
     spec: str
-    """The spec's repr: ``WhileGraphSpec(...)`` rebuilds it (with while_scan_graphs' names in scope)."""
+    """The spec's repr: ``WhileGraphSpec(...)`` rebuilds it (with while_scan_graphs' names in
+    scope)."""
     case_class: str
     family: str
     expected: str = ""
@@ -418,7 +427,7 @@ class DifferentialReport:
         }
 
     def totals(self) -> dict[str, dict[str, int]]:
-        totals = {column: Counter() for column in self.columns}
+        totals: dict[str, Counter[str]] = {column: Counter() for column in self.columns}
         for result in self.results:
             for column, verdict in result.verdicts.items():
                 totals[column][verdict.status] += 1
@@ -490,7 +499,8 @@ def run_differential(
     label: str = "",
     progress: bool = True,
 ) -> DifferentialReport:
-    """Every spec on the reference and on every (mode, device) pair, in worker processes; then the verdicts.
+    """Every spec on the reference and on every (mode, device) pair, in worker processes; then the
+    verdicts.
 
     A spec that kills a mode's worker is that mode's `crash`; one that kills
     the reference's has no reference (``invalid``).
@@ -499,6 +509,7 @@ def run_differential(
     pairs = mode_device_pairs(modes, devices)
     columns = [column_name(mode, device) for mode, device in pairs]
     # Per stream: its name, what a worker runs per spec, and what a worker's death gives.
+    streams: list[tuple[str, Callable[[WhileGraphSpec], Any], Callable[[WhileGraphSpec, int, str], Any]]]
     streams = [("reference", observe_reference, _reference_crash)]
     streams += [
         (column, partial(observe_mode, *pair), _mode_crash) for column, pair in zip(columns, pairs, strict=True)
@@ -536,7 +547,8 @@ def _mode_crash(spec: WhileGraphSpec, returncode: int, log_tail: str) -> Observa
 def check_in_process(
     spec: WhileGraphSpec, modes: Sequence[tuple[str, str]]
 ) -> tuple[ReferenceObservation, dict[str, Verdict]]:
-    """One spec's reference and verdicts, in this process (tests: no worker start, no crash isolation)."""
+    """One spec's reference and verdicts, in this process (tests: no worker start, no crash
+    isolation)."""
     oracles = observe_reference(spec)
     if oracles.invalid:
         return oracles, {}

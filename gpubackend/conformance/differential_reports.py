@@ -1,4 +1,5 @@
-"""The while-Scan differential run's reports: counts per class and mode (rich, Markdown), every verdict (JSON)."""
+"""The while-Scan differential run's reports: counts per class and mode (rich, Markdown), every
+verdict (JSON)."""
 
 from __future__ import annotations
 
@@ -27,14 +28,15 @@ SHORT = {
     "silent-wrong": "SW", "wrong-error": "WE", "raw-error": "RE", "crash": "CRASH",
 }
 LEGEND = (
-    "SW silent-wrong (a value where the reference raises, or another value), WE wrong-error (another error type), "
+    "SW silent-wrong (a value where the reference raises, or " "another value), WE wrong-error (another error type), "
     "RE raw-error (an error where the reference returns a value, or at compile time anything but "
-    "DataDependentLengthError), CRASH (the worker died); refused: DataDependentLengthError; checked: raised inside "
-    "the computation, JAX's runtime error naming the reference's error type (paths that do not own the call); "
+    "DataDependentLengthError), CRASH (the worker died); " "refused: DataDependentLengthError; checked: raised inside "
+    "the computation, JAX's runtime error naming the " "reference's error type (paths that do not own the call); "
     "upstream: a PyTensor bug, the mode doing what PyTensor does"
 )
 SHOWN_FAILURES = 40
-"""How many failing verdicts the printed summary lists; the Markdown report lists every verdict but passes."""
+"""How many failing verdicts the printed summary lists; the Markdown report lists every verdict but
+passes."""
 
 
 def cell(counts: dict[str, int]) -> str:
@@ -57,7 +59,8 @@ def _graph_counts(report: DifferentialReport) -> str:
 
 
 def counts_tables(report: DifferentialReport) -> list[Table]:
-    """One table per column (mode and device): a row per class, a count per status; narrow enough for a CI log."""
+    """One table per column (mode and device): a row per class, a count per status; narrow enough
+    for a CI log."""
     counts, totals = report.counts(), report.totals()
     tables = []
     for column in report.columns:
@@ -115,7 +118,8 @@ def write_differential_reports(report: DifferentialReport, out_dir: str | Path) 
 
 
 def print_differential_summary(report: DifferentialReport, paths: dict[str, Path], console: Console) -> None:
-    """The counts per mode, the first failing verdicts, and where the reports (with every verdict) are."""
+    """The counts per mode, the first failing verdicts, and where the reports (with every verdict)
+    are."""
     console.print(f"[bold]while-Scan differential[/bold]: {_graph_counts(report)}")
     for table in counts_tables(report):
         console.print(table)
@@ -127,7 +131,7 @@ def print_differential_summary(report: DifferentialReport, paths: dict[str, Path
         console.print(f"  [red]{status}[/red] {escape(f'{result.name} on {column}: {detail}')}")
     if len(failing) > SHOWN_FAILURES:
         console.print(f"  ... {len(failing) - SHOWN_FAILURES} more failing verdicts")
-    console.print(f"every verdict that is not a pass, refusals and upstream bugs included, is in {paths['md']}")
+    console.print("every verdict that is not a pass, refusals and " f"upstream bugs included, is in {paths['md']}")
     console.print("reports: " + ", ".join(str(path) for path in paths.values()))
 
 

@@ -11,9 +11,9 @@ import pytensor
 from gpubackend.conformance.checks import error_summary
 from gpubackend.devices import describe_device, is_simulated, resolve_device
 
-
 PACKAGES = ("pytensor", "jax", "jaxlib", "numba", "numpy", "pymc", "gpubackend")
-"""The packages whose versions a report records (PyMC: the while-Scan differential's jaxified path)."""
+"""The packages whose versions a report records (PyMC: the while-Scan differential's jaxified
+path)."""
 
 
 def _package_version(name: str) -> str:

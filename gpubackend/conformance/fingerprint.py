@@ -26,14 +26,16 @@ class OpRecord:
     op_hash: int
     graphs: tuple[tuple[str, int, tuple[NodeRecord, ...]], ...]
     recorded: tuple = field(compare=False, repr=False)
-    """The op, its inner graphs and their nodes (which hold their variables): the identities above stay theirs."""
+    """The op, its inner graphs and their nodes (which hold their variables): the identities above
+    stay theirs."""
 
 
 Fingerprint = dict[int, OpRecord]
 
 
 def _inner_graph_ops_of(op: Op) -> Iterator[HasMultipleInnerGraph]:
-    """The op itself and the ops it wraps (Elemwise's scalar_op, Blockwise's core_op) that have inner graphs."""
+    """The op itself and the ops it wraps (Elemwise's scalar_op, Blockwise's core_op) that have
+    inner graphs."""
     for candidate in (op, getattr(op, "scalar_op", None), getattr(op, "core_op", None)):
         if isinstance(candidate, HasMultipleInnerGraph):
             yield candidate
@@ -95,8 +97,8 @@ def describe_difference(before: Fingerprint, after: Fingerprint) -> str | None:
     """None when equal, else one line naming the first op that changed and how."""
     if before.keys() != after.keys():
         gone = [before[key].op_repr for key in before.keys() - after.keys()]
-        new = [after[key].op_repr for key in after.keys() - before.keys()]
-        return f"reachable inner-graph ops changed: lost {gone[:3]}, gained {new[:3]}"
+        gained = [after[key].op_repr for key in after.keys() - before.keys()]
+        return f"reachable inner-graph ops changed: lost {gone[:3]}, gained {gained[:3]}"
     for key, old in before.items():
         new = after[key]
         if old == new:

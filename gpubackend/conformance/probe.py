@@ -39,20 +39,21 @@ class PhaseCounts:
         return self.rewrites == 0 and self.compilations == 0 and self.graphs_built == 0
 
     def describe(self) -> str:
-        text = f"{self.rewrites} rewriter runs, {self.compilations} nested compilations, {self.graphs_built} FunctionGraphs built"
+        text = f"{self.rewrites} rewriter runs, {self.compilations} " f"nested compilations, {self.graphs_built} FunctionGraphs built"
         if self.rewriter_names:
             text += f" (e.g. {', '.join(sorted(set(self.rewriter_names))[:3])})"
         return text
 
 
-def _subclasses(cls: type) -> Iterator[type]:
+def _subclasses[T](cls: type[T]) -> Iterator[type[T]]:
     yield cls
     for subclass in cls.__subclasses__():
         yield from _subclasses(subclass)
 
 
 class RewriteFreeProbe:
-    """Counts, per phase, rewriter invocations, `FunctionGraph`s built and `FunctionMaker`s built or created."""
+    """Counts, per phase, rewriter invocations, `FunctionGraph`s built and `FunctionMaker`s built or
+    created."""
 
     def __init__(self) -> None:
         self.counts = {LINK: PhaseCounts(), CALL: PhaseCounts()}
@@ -77,7 +78,7 @@ class RewriteFreeProbe:
                 setattr(FunctionMaker, name, wrap(method))
             graph_init = FunctionGraph.__dict__["__init__"]
             originals.append((FunctionGraph, "__init__", graph_init))
-            setattr(FunctionGraph, "__init__", self._counting_graph_init(graph_init))
+            FunctionGraph.__init__ = self._counting_graph_init(graph_init)
             yield self
         finally:
             for cls, name, method in reversed(originals):

@@ -10,7 +10,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 @contextmanager
 def progress_bar(total: int) -> Iterator[Callable[[str], None]]:
-    """Yield ``advance(description)``: one more step done, ``description`` saying which. Safe from threads."""
+    """Yield ``advance(description)``: one more step done, ``description`` saying which. Safe from
+    threads."""
     columns = (TextColumn("conformance"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, TextColumn("{task.description}")) as progress:
         task = progress.add_task("starting", total=total)

@@ -12,7 +12,17 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from gpubackend.conformance.results import CRASH, FAIL, FAILING, OBJECT_MODE, PASS, STATUSES, UNSUPPORTED, CaseResult, Report
+from gpubackend.conformance.results import (
+    CRASH,
+    FAIL,
+    FAILING,
+    OBJECT_MODE,
+    PASS,
+    STATUSES,
+    UNSUPPORTED,
+    CaseResult,
+    Report,
+)
 
 BASENAME = "conformance"
 
@@ -59,7 +69,8 @@ def load_report(path: str | Path) -> Report:
 
 
 def merge_reports(reports: Sequence[Report]) -> Report:
-    """One matrix from several runners; each runner's columns keep its label (``runnerN`` when it had none)."""
+    """One matrix from several runners; each runner's columns keep its label (``runnerN`` when it
+    had none)."""
     environment = {"merged_from": [report.environment for report in reports]}
     merged = Report(environment)
     for index, report in enumerate(reports, start=1):
@@ -78,7 +89,8 @@ def _indented(text: str) -> str:
 
 
 def to_junit(report: Report) -> ET.Element:
-    """One testsuite per column, one testcase per case; fail -> <failure>, crash -> <error>, unsupported/object-mode -> <skipped>."""
+    """One testsuite per column, one testcase per case; fail -> <failure>, crash -> <error>,
+    unsupported/object-mode -> <skipped>."""
     suites = ET.Element("testsuites", name="gpubackend conformance")
     for column in report.columns():
         results = [result for result in report.results if result.column == column]
@@ -146,7 +158,8 @@ def to_markdown(report: Report) -> str:
 
 
 def _host_reads_lines(report: Report) -> list[str]:
-    """Per column of device-resident results: explicit device-to-host reads per warm call, by count."""
+    """Per column of device-resident results: explicit device-to-host reads per warm call, by
+    count."""
     per_column: dict[str, dict[int, list[str]]] = {}
     for result in report.results:
         if (reads := result.host_reads_per_call) is not None:
@@ -207,7 +220,7 @@ def _html_cell(result: CaseResult) -> str:
         items += "".join(f"<li><b>{esc(c.name)}</b>: {esc(c.detail)}</li>" for c in shown)
         lines.append(f"<ul class='detail'>{items}</ul>")
         if result.log_tail:
-            lines.append(f"<details class='detail'><summary>worker log (tail)</summary><pre class='log'>{esc(result.log_tail)}</pre></details>")
+            lines.append("<details class='detail'><summary>worker log (tail)</summary><pre " f"class='log'>{esc(result.log_tail)}</pre></details>")
     all_checks = "".join(f"<li>{'✔' if c.ok else '✘'} {esc(c.name)}: {esc(c.detail)}</li>" for c in result.checks)
     summary = f"<summary>checks ({result.seconds:.1f} s)</summary>"
     lines.append(f"<details class='detail'>{summary}<ul>{all_checks}</ul></details>")

@@ -47,7 +47,8 @@ class CaseResult:
 
     @property
     def host_reads_per_call(self) -> int | None:
-        """Explicit device-to-host reads per warm call, where the case was measured (JAX backends)."""
+        """Explicit device-to-host reads per warm call, where the case was measured (JAX
+        backends)."""
         return next((check.host_reads for check in self.checks if check.host_reads is not None), None)
 
     @property

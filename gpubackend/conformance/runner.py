@@ -35,7 +35,16 @@ from gpubackend.conformance.fingerprint import fingerprint
 from gpubackend.conformance.probe import CALL, RewriteFreeProbe
 from gpubackend.conformance.progress import progress_display
 from gpubackend.conformance.reports import print_summary, write_reports
-from gpubackend.conformance.results import CRASH, FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
+from gpubackend.conformance.results import (
+    CRASH,
+    FAIL,
+    OBJECT_MODE,
+    PASS,
+    UNSUPPORTED,
+    CaseResult,
+    CheckResult,
+    Report,
+)
 from gpubackend.conformance.worker import describe_exit, run_in_workers
 
 REFERENCE_MODE = "FAST_COMPILE"
@@ -85,17 +94,18 @@ def run_on(prepared: PreparedCase, backend: Backend, device: str) -> CaseResult:
     result = CaseResult(case.name, case.family, backend.name, device, FAIL, batch_axes=case.batch_axes)
     started = time.perf_counter()
     try:
-        if prepared.graph is None:
+        if prepared.graph is None or prepared.reference is None:
             result.detail = prepared.error
             return result
-        _compile_call_and_check(prepared, backend, device, result)
+        _compile_call_and_check(case, prepared.graph, prepared.reference, backend, device, result)
         return result
     finally:
         result.seconds = round(time.perf_counter() - started, 3)
 
 
-def _compile_call_and_check(prepared: PreparedCase, backend: Backend, device: str, result: CaseResult) -> None:
-    case, graph = prepared.case, prepared.graph
+def _compile_call_and_check(
+    case: Case, graph: CaseGraph, reference: list[np.ndarray], backend: Backend, device: str, result: CaseResult
+) -> None:
     before = fingerprint(graph.outputs)
     probe = RewriteFreeProbe()
     with warnings.catch_warnings(record=True) as caught, backend.device_scope(device):
@@ -120,7 +130,7 @@ def _compile_call_and_check(prepared: PreparedCase, backend: Backend, device: st
                 result.detail = f"{stage}: {error_summary(error)}"
                 result.checks = [CheckResult(stage, False, error_summary(error))]
                 return
-    numerics = guarded("numerics", lambda: check_numerics(graph, prepared.reference, [first, second]))
+    numerics = guarded("numerics", lambda: check_numerics(graph, reference, [first, second]))
     result.checks = [
         numerics,
         guarded("canonical_intact", lambda: check_canonical_intact(graph, before)),
@@ -168,7 +178,8 @@ def run_cases(
     label: str = "",
     progress: bool = True,
 ) -> Report:
-    """Every case on every (backend, device) pair: one worker process per pair (`worker`), pairs side by side.
+    """Every case on every (backend, device) pair: one worker process per pair (`worker`), pairs
+    side by side.
 
     A case that kills its worker is reported as `crash`; the pair's other
     cases go on in a fresh worker.
@@ -223,7 +234,8 @@ def run_and_report(
     generated: int = 0,
     progress: bool = True,
 ) -> int:
-    """Run the suite, write every report to ``out_dir``, print the summary; 1 when any case fails or crashes, else 0."""
+    """Run the suite, write every report to ``out_dir``, print the summary; 1 when any case fails or
+    crashes, else 0."""
     report = run_suite(backends, devices, label=label, cases=cases, generated=generated, progress=progress)
     paths = write_reports(report, out_dir)
     print_summary(report, paths, console or Console(stderr=True, soft_wrap=True))

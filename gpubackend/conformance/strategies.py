@@ -22,7 +22,8 @@ from pytensor.graph.basic import Variable
 
 from gpubackend.conformance.catalogue import Case, CaseGraph
 
-# An expression tree: ("leaf", i) | ("const", c) | ("unary", name, child) | ("binary", name, left, right)
+# An expression tree: ("leaf", i) | ("const", c) | ("unary", name, child) | ("binary", name, left,
+# right)
 Expression = tuple
 
 UNARY: dict[str, Callable[[Variable], Variable]] = {"sin": pt.sin, "cos": pt.cos, "tanh": pt.tanh, "neg": pt.neg}

@@ -1,4 +1,5 @@
-"""Run items (cases, generated graphs) in a worker process, so that an item that kills its process is a result.
+"""Run items (cases, generated graphs) in a worker process, so that an item that kills its process
+is a result.
 
 A lowering can abort the process: XLA's ``Check failed`` aborts, a segfault in
 compiled code. Run in the suite's own process, such an item would take the
@@ -26,10 +27,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-Item = TypeVar("Item")
-Result = TypeVar("Result")
+from typing import IO, Any
 
 WORKER_COMMAND = "from gpubackend.conformance.worker import main; main()"
 """Not ``-m``: the package imports this module already, and runpy warns about running it twice."""
@@ -41,11 +39,12 @@ LOG_TAIL_LINES = 40
 @dataclass(frozen=True)
 class Job:
     run: Callable[[Any], Any]
-    """Picklable by reference (a module-level function, or a partial of one): it runs in the worker."""
+    """Picklable by reference (a module-level function, or a partial of one): it runs in the
+    worker."""
     items: list
 
 
-def run_in_workers(
+def run_in_workers[Item, Result](
     items: Sequence[Item],
     run: Callable[[Item], Result],
     on_crash: Callable[[Item, int, str], Result],
@@ -64,9 +63,11 @@ def run_in_workers(
                 [sys.executable, "-c", WORKER_COMMAND],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=_worker_environment(),
             )
+            # Popen's pipes are typed optional; they exist because PIPE was asked for.
+            assert worker.stdin is not None and worker.stdout is not None
             pickle.dump(Job(run, remaining), worker.stdin)
             worker.stdin.close()
-            finished = _receive(worker, len(remaining), on_result)
+            finished = _receive(worker.stdout, len(remaining), on_result)
             results += finished
             worker.stdout.close()
             returncode = worker.wait()
@@ -79,11 +80,13 @@ def run_in_workers(
     return results
 
 
-def _receive(worker: subprocess.Popen, expected: int, on_result: Callable[[Result], None]) -> list[Result]:
-    received = []
+def _receive[Result](
+    worker_output: IO[bytes], expected: int, on_result: Callable[[Result], None]
+) -> list[Result]:
+    received: list[Result] = []
     while len(received) < expected:
         try:
-            result = pickle.load(worker.stdout)
+            result = pickle.load(worker_output)
         except (EOFError, pickle.UnpicklingError):
             break  # the worker died; the caller reports the case it was running
         on_result(result)

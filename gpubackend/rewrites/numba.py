@@ -42,7 +42,11 @@ from pytensor.scalar.basic import constant as scalar_constant
 from pytensor.tensor.basic import as_tensor, constant, scalar_from_tensor, tensor_from_scalar
 from pytensor.tensor.blockwise import Blockwise, BlockwiseWithCoreShape
 from pytensor.tensor.elemwise import Elemwise
-from pytensor.tensor.optimize import ScipyScalarWrapperOp, ScipyWrapperOp, rewrite_optimize_inner_graph
+from pytensor.tensor.optimize import (
+    ScipyScalarWrapperOp,
+    ScipyWrapperOp,
+    rewrite_optimize_inner_graph,
+)
 from pytensor.tensor.rewriting.optimize import jit_rewrite_optimize_inner_graph
 from pytensor.tensor.shape import Shape_i
 from pytensor.tensor.type import TensorType

@@ -15,4 +15,4 @@ Solvers never raise on non-convergence: they return the last iterate with a
 
 # PyTensor's Numba dispatch first: importing it registers gpubackend's lowerings,
 # which import the solver modules, so it must not happen halfway through one.
-import pytensor.link.numba.dispatch.basic  # noqa: E402, F401
+import pytensor.link.numba.dispatch.basic  # noqa: F401

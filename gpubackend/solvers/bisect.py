@@ -8,7 +8,8 @@ from gpubackend.solvers.jit import solver_njit
 
 
 def make_bisect(fun: Callable) -> Callable:
-    """``solve(args, x0, bracket, settings: RootScalarSettings) -> (x, converged)``; ``x0`` is unused.
+    """``solve(args, x0, bracket, settings: RootScalarSettings) -> (x, converged)``; ``x0`` is
+    unused.
 
     A bracket without a sign change gives ``converged=False`` (scipy raises).
     """

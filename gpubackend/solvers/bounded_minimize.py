@@ -11,7 +11,8 @@ _GOLDEN_MEAN = 0.5 * (3.0 - np.sqrt(5.0))
 
 
 def make_bounded_minimize(fun: Callable) -> Callable:
-    """``solve(args, x0, bounds, settings: BoundedMinimizeSettings) -> (x, converged)``; ``x0`` is unused, as in scipy.
+    """``solve(args, x0, bounds, settings: BoundedMinimizeSettings) -> (x, converged)``; ``x0`` is
+    unused, as in scipy.
 
     ``settings.maxiter`` counts evaluations, as scipy's does (fminbound's ``maxfun``).
 

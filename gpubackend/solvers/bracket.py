@@ -18,7 +18,8 @@ _MAX_ITER = 1000
 
 
 def make_bracket(fun: Callable) -> Callable:
-    """``search(args, xa, xb) -> (found, xa, xb, xc, fa, fb, fc)`` with ``f(xb)`` below both ends."""
+    """``search(args, xa, xb) -> (found, xa, xb, xc, fa, fb, fc)`` with ``f(xb)`` below both
+    ends."""
 
     @solver_njit
     def search(args, xa, xb):

@@ -12,13 +12,14 @@ _GOLDEN_SECTION = 0.3819660
 
 
 def make_brent_minimize(fun: Callable) -> Callable:
-    """``solve(args, x0, bracket, settings: BracketMinimizeSettings) -> (x, converged)``; ``x0`` is unused, as in scipy."""
+    """``solve(args, x0, bracket, settings: BracketMinimizeSettings) -> (x, converged)``; ``x0`` is
+    unused, as in scipy."""
     find_bracket = make_bracket(fun)
 
     @solver_njit
     def solve(args, x0, bracket, settings):
         xtol, maxiter = settings.xtol, settings.maxiter
-        valid, xa, xb, xc, fa, fb, fc = find_bracket(args, bracket)
+        valid, xa, xb, xc, _fa, fb, _fc = find_bracket(args, bracket)
         if not valid:
             return xb, False
         x = w = v = xb

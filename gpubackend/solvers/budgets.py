@@ -1,4 +1,5 @@
-"""scipy's size-dependent budgets from `gpubackend.scipy_options.budgets`, compiled for the solvers."""
+"""scipy's size-dependent budgets from `gpubackend.scipy_options.budgets`, compiled for the
+solvers."""
 
 from gpubackend.scipy_options import budgets
 from gpubackend.solvers.jit import solver_njit

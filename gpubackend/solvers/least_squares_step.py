@@ -25,7 +25,8 @@ def all_finite(a) -> bool:
 
 @solver_njit
 def _pivoted_elimination_step(jacobian, residual):
-    """``(ok, p)`` with ``J p = -F`` for square ``J``; ``ok`` is False when a pivot is numerically zero."""
+    """``(ok, p)`` with ``J p = -F`` for square ``J``; ``ok`` is False when a pivot is numerically
+    zero."""
     n = residual.shape[0]
     lu = jacobian.copy()
     step = -residual

@@ -52,7 +52,8 @@ def _quadratic_minimizer(a, fa, fpa, b, fb):
 
 @solver_njit
 def initial_step(phi0, old_phi0, derphi0) -> float:
-    """scipy's first trial step: the previous decrease extrapolated, at most 1; 1 without a previous iterate (NaN)."""
+    """scipy's first trial step: the previous decrease extrapolated, at most 1; 1 without a previous
+    iterate (NaN)."""
     alpha1 = 1.0
     if derphi0 != 0.0 and np.isfinite(old_phi0):
         alpha1 = min(1.0, 1.01 * 2.0 * (phi0 - old_phi0) / derphi0)

@@ -46,7 +46,8 @@ def _clip(value, low, high):
 
 @solver_njit
 def _cubic_step_towards(stp, fp, dp, other, f_other, d_other):
-    """Minimiser of the cubic through (stp, fp, dp) and (other, f_other, d_other), as dcstep writes it from ``stp``."""
+    """Minimiser of the cubic through (stp, fp, dp) and (other, f_other, d_other), as dcstep writes
+    it from ``stp``."""
     theta = 3.0 * (f_other - fp) / (stp - other) + d_other + dp
     gamma = _cubic_gamma(theta, d_other, dp, False)
     if stp > other:
@@ -58,7 +59,8 @@ def _cubic_step_towards(stp, fp, dp, other, f_other, d_other):
 
 @solver_njit
 def dcstep(stx, fx, dx, sty, fy, dy, stp, fp, dp, brackt, stpmin, stpmax):
-    """A safeguarded trial step and the updated interval ``(stx, fx, dx, sty, fy, dy, stp, brackt)`` (MINPACK-2)."""
+    """A safeguarded trial step and the updated interval ``(stx, fx, dx, sty, fy, dy, stp, brackt)``
+    (MINPACK-2)."""
     sgnd = np.sign(dp) * np.sign(dx)
     if fp > fx:
         # Higher function value: the minimum is bracketed.
@@ -119,7 +121,8 @@ def dcstep(stx, fx, dx, sty, fy, dy, stp, fp, dp, brackt, stpmin, stpmax):
 
 
 class SearchState(NamedTuple):
-    """``dcsrch``'s saved variables: (stx, fx, gx) the best step so far, (sty, fy, gy) the interval's other end."""
+    """``dcsrch``'s saved variables: (stx, fx, gx) the best step so far, (sty, fy, gy) the
+    interval's other end."""
 
     brackt: bool
     stage: int
@@ -147,7 +150,8 @@ EVALUATE, CONVERGED, FAILED = 0, 1, 2
 
 @solver_njit
 def start(stp, phi0, derphi0, c1, c2, stpmin, stpmax):
-    """``(state, status)`` for a search from ``stp``; status `EVALUATE` (at ``stp``) or `FAILED` (bad input)."""
+    """``(state, status)`` for a search from ``stp``; status `EVALUATE` (at ``stp``) or `FAILED`
+    (bad input)."""
     state = SearchState(
         False, 1, phi0, derphi0, c1 * derphi0, c2, stpmax - stpmin, (stpmax - stpmin) / _P5,
         0.0, phi0, derphi0, 0.0, phi0, derphi0, 0.0, stp + _XTRAPU * stp, stpmin, stpmax,

@@ -1,9 +1,10 @@
-"""Line-search Newton-CG minimisation with an analytic Hessian (port of scipy's ``_minimize_newtoncg``).
+"""Line-search Newton-CG minimisation with an analytic Hessian (port of scipy's
+``_minimize_newtoncg``).
 
 The Newton system is solved by truncated conjugate gradients (forcing term
 ``min(0.5, sqrt(|g|_1)) |g|_1``, stopping at negative curvature), followed by
-scipy's line search (Moré-Thuente, then strong Wolfe). Converges when the 1-norm of the last update is
-at most ``xtol``. ``fun(x, args)`` returns ``(f, grad, hess)``.
+scipy's line search (Moré-Thuente, then strong Wolfe). Converges when the 1-norm of the last update
+is at most ``xtol``. ``fun(x, args)`` returns ``(f, grad, hess)``.
 """
 
 from collections.abc import Callable
@@ -21,7 +22,8 @@ _STEP_MIN, _STEP_MAX = 1e-8, 50.0
 
 @solver_njit
 def truncated_cg(hessian, gradient):
-    """``(ok, p)``: approximate solution of ``H p = -g``; ``ok`` is False if CG ran out of iterations."""
+    """``(ok, p)``: approximate solution of ``H p = -g``; ``ok`` is False if CG ran out of
+    iterations."""
     maggrad = np.sum(np.abs(gradient))
     termcond = min(0.5, np.sqrt(maggrad)) * maggrad
     step = np.zeros_like(gradient)
@@ -75,7 +77,7 @@ def make_newton_cg(fun: Callable) -> Callable:
             ok, pk = truncated_cg(hk, gk)
             if not ok:
                 return xk, False
-            found, alpha, f_new, g_new = line_search(xk, pk, args, fk, gk, old_fk, c1, c2, trial_x)
+            found, alpha, _f_new, _g_new = line_search(xk, pk, args, fk, gk, old_fk, c1, c2, trial_x)
             if not found:
                 return xk, False
             update = alpha * pk

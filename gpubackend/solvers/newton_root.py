@@ -1,4 +1,5 @@
-"""Newton's method for ``F(x) = 0`` with an analytic Jacobian (gpubackend's ``root(method="newton")``).
+"""Newton's method for ``F(x) = 0`` with an analytic Jacobian (gpubackend's
+``root(method="newton")``).
 
 scipy's ``root`` has no plain Newton method; this one takes full Gauss-Newton
 steps and converges when a step is at most ``xtol * (1 + |x|)``, or the
@@ -14,7 +15,8 @@ from gpubackend.solvers.least_squares_step import gauss_newton_step
 
 
 def make_newton_root(fun: Callable) -> Callable:
-    """``solve(x0, args, settings: NewtonRootSettings) -> (x, converged)``; ``fun`` returns ``(F, J)``."""
+    """``solve(x0, args, settings: NewtonRootSettings) -> (x, converged)``; ``fun`` returns
+    ``(F, J)``."""
 
     @solver_njit
     def solve(x0, args, settings):

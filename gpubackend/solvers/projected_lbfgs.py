@@ -25,7 +25,8 @@ _CURVATURE_EPS = 2.2e-16
 
 @solver_njit(inline="always")
 def _two_loop(q, s_hist, y_hist, rho, count, newest, alpha, r):
-    """``r = H q`` for the L-BFGS inverse-Hessian approximation (ring buffer of ``count`` pairs); ``alpha`` is work."""
+    """``r = H q`` for the L-BFGS inverse-Hessian approximation (ring buffer of ``count`` pairs);
+    ``alpha`` is work."""
     m, n = s_hist.shape
     for j in range(n):
         r[j] = q[j]
@@ -118,7 +119,8 @@ def make_projected_lbfgs(fun: Callable) -> Callable:
                     break
                 if nfev >= maxfun:
                     break
-                # Minimiser of the quadratic through f, the slope and f_new, kept in [0.1, 0.5] of the step.
+                # Minimiser of the quadratic through f, the slope and f_new, kept in [0.1, 0.5] of
+                # the step.
                 curvature = f_new - f - decrease
                 shrink = 0.5
                 if np.isfinite(f_new) and curvature > 0.0:

@@ -22,7 +22,8 @@ def dot(a, b) -> float:
 
 @solver_njit(inline="always")
 def max_abs(a) -> float:
-    """Infinity norm; 0 for an empty vector, NaN if any element is NaN (as ``np.max(np.abs(a))``)."""
+    """Infinity norm; 0 for an empty vector, NaN if any element is NaN (as
+    ``np.max(np.abs(a))``)."""
     largest = 0.0
     for i in range(a.shape[0]):
         value = abs(a[i])
@@ -34,7 +35,8 @@ def max_abs(a) -> float:
 
 @solver_njit(inline="always")
 def norm(a) -> float:
-    """Euclidean norm; rescaled by the largest element only where squaring over- or underflows (as BLAS ``nrm2``)."""
+    """Euclidean norm; rescaled by the largest element only where squaring over- or underflows (as
+    BLAS ``nrm2``)."""
     total = dot(a, a)
     if 1e-280 < total < 1e280:
         return np.sqrt(total)

@@ -1,4 +1,5 @@
-"""JAX lowering of ScalarLoop: ``lax.fori_loop`` for a fixed count, ``lax.while_loop`` with ``until``.
+"""JAX lowering of ScalarLoop: ``lax.fori_loop`` for a fixed count, ``lax.while_loop`` with
+``until``.
 
 The loop is written for one element and vectorised with ``jnp.vectorize`` (vmap),
 so it serves `Elemwise` (including the gradients of ``gammainc`` and friends)

@@ -1,4 +1,5 @@
-"""JAX lowering of Scan: for-loops by PyTensor's own lowering, while-loops (``until``) by a JAX while loop.
+"""JAX lowering of Scan: for-loops by PyTensor's own lowering, while-loops (``until``) by a JAX
+while loop.
 
 A while-Scan whose traces PyTensor never trims (full ring buffers: ``xs[-1]``,
 ``xs[-2]``) lowers here, to the loop of `while_scan.loop` with its buffers
@@ -34,7 +35,7 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
         trimmable = possibly_trimmed_traces(op, node) if node is not None else []
         if any(trimmable):
             raise DataDependentLengthError(
-                f"{op}: a traced output may be trimmed to the steps taken, so it is lowered with the graph "
+                f"{op}: a traced output may be trimmed to the " "steps taken, so it is lowered with the graph "
                 "that holds it; lower that graph rather than the Scan on its own."
             )
         run = scan_loop(op, trimmable, **kwargs)
@@ -48,8 +49,8 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
     nit_sot_end = op.info.n_outer_inputs - op.info.n_non_seqs
     length_positions = (0, *range(nit_sot_end - op.info.n_nit_sot, nit_sot_end))
 
-    def for_scan_with_host_lengths(*outer_inputs):
-        outer_inputs = list(outer_inputs)
+    def for_scan_with_host_lengths(*given_inputs):
+        outer_inputs = list(given_inputs)
         for position in length_positions:
             outer_inputs[position] = _host_int(outer_inputs[position])
         return for_scan(*outer_inputs)

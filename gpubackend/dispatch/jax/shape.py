@@ -26,7 +26,8 @@ from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 
 
 def _stock_or_none(op_type: type, op, node, kwargs) -> Callable | None:
-    """The stock lowering of ``node``, or None where it refuses the node's (non-concrete-looking) arguments."""
+    """The stock lowering of ``node``, or None where it refuses the node's (non-concrete-looking)
+    arguments."""
     try:
         return stock_lowering(op_type)(op, node=node, **kwargs)
     except NotImplementedError:
@@ -46,8 +47,10 @@ def jax_funcify_ARange(op: ARange, node=None, **kwargs) -> Callable:
         return stock_arange
 
     def arange(start, stop, step):
-        bounds = (_concrete(bound, ARANGE_CONCRETE_VALUE_ERROR).astype(op.dtype) for bound in (start, stop, step))
-        return jnp.arange(*bounds, dtype=op.dtype)
+        start, stop, step = (
+            _concrete(bound, ARANGE_CONCRETE_VALUE_ERROR).astype(op.dtype) for bound in (start, stop, step)
+        )
+        return jnp.arange(start, stop, step, dtype=op.dtype)
 
     return arange
 

@@ -1,4 +1,5 @@
-"""JAX lowerings of IncSubtensor that writes a whole array without a scatter, and of boolean masks known only at run time.
+"""JAX lowerings of IncSubtensor that writes a whole array without a scatter, and of boolean masks
+known only at run time.
 
 An update whose slices cover every entry of ``x`` (``x[:] += y``, or a slice
 whose bounds `fgraph` has made concrete and equal to the length) is an
@@ -24,7 +25,12 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor, IncSubtensor, indices_from_subtensor
+from pytensor.tensor.subtensor import (
+    AdvancedIncSubtensor,
+    AdvancedSubtensor,
+    IncSubtensor,
+    indices_from_subtensor,
+)
 
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 from gpubackend.errors import DataDependentLengthError
@@ -58,14 +64,15 @@ def jax_funcify_IncSubtensor(op: IncSubtensor, node, **kwargs) -> Callable:
 
 
 class BooleanMaskLengthError(DataDependentLengthError, jax.errors.NonConcreteBooleanIndexError):
-    """A boolean mask known only at run time: gpubackend's refusal, still the error stock JAX raises there."""
+    """A boolean mask known only at run time: gpubackend's refusal, still the error stock JAX raises
+    there."""
 
     def __init__(self, op):
         Exception.__init__(
             self,
-            f"{op}: a boolean mask known only at run time selects a data-dependent number of entries, a shape "
+            f"{op}: a boolean mask known only at run time selects " "a data-dependent number of entries, a shape "
             "jax.jit cannot trace. Keep the shape: pt.where(mask, new, x) instead of "
-            "pt.set_subtensor(x[mask], new[mask]), and pt.where(mask, x, 0).sum() instead of x[mask].sum().",
+            "pt.set_subtensor(x[mask], new[mask]), and " "pt.where(mask, x, 0).sum() instead of x[mask].sum().",
         )
 
 

@@ -1,4 +1,5 @@
-"""While-Scans under JAX: traces whose length depends on the data, lowered exactly or refused by name.
+"""While-Scans under JAX: traces whose length depends on the data, lowered exactly or refused by
+name.
 
 PyTensor trims a while-Scan's trace to the steps its ``until`` condition
 allows, a length ``jax.jit`` cannot return as a shape. The modules, in the

@@ -33,6 +33,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     common_tables,
     entry_of,
     exactly,
+    kinds,
     length_between,
     tabulated,
     value_of,
@@ -96,8 +97,8 @@ def _join(op: Join, node, input_kinds, **kwargs) -> BoundedLowering:
     return BoundedLowering(join_side_by_side, ("array",), checks)
 
 
-def _join_leading(*parts) -> Bounded:
-    parts = [as_bounded(part) for part in parts]
+def _join_leading(*given) -> Bounded:
+    parts = [as_bounded(part) for part in given]
     first = parts[0].buffer
     dtype = jnp.result_type(*(part.buffer for part in parts))
     buffer = jnp.zeros((sum(part.capacity for part in parts), *first.shape[1:]), dtype)
@@ -111,7 +112,8 @@ def _join_leading(*parts) -> Bounded:
 
 @bounded_jax_funcify.register(Split)
 def _split(op: Split, node, input_kinds, **kwargs) -> BoundedLowering:
-    """The inverse of a join along the leading axis (its gradient): each part is `Bounded` at its run-time size."""
+    """The inverse of a join along the leading axis (its gradient): each part is `Bounded` at its
+    run-time size."""
     if op.axis != 0:
         raise NotImplementedError(f"{op}: splitting along another axis than the run-time length's")
     checks = (
@@ -134,7 +136,7 @@ def _split(op: Split, node, input_kinds, **kwargs) -> BoundedLowering:
         non_negative = True if all(size.low >= 0 for size in sizes) else jnp.all(value_of(splits) >= 0)
         return NodeResult(parts, (same_length(length, total), non_negative))
 
-    return BoundedLowering(split, ("array",) * op.len_splits, checks)
+    return BoundedLowering(split, kinds("array", op.len_splits), checks)
 
 
 def _integer_sum(value, terms) -> BoundedInt:

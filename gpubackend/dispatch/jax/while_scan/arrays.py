@@ -3,12 +3,12 @@
 An op that maps each entry of the leading axis to the same entry of its
 output (elementwise ops, a ``DimShuffle`` that keeps the axis first, a matrix
 product's rows), or to the entries after it (a cumulative sum), computes on the
-whole buffer: entries past the length stay meaningless. PyTensor never broadcasts at run time, so operands of the same
-rank must have the same length, a run-time check unless the bounds prove it.
-A reduction over the leading axis masks the entries past the length with the
-value that leaves the reduction unchanged in the input's own dtype (the
-smallest int64 for ``max``, ``False`` for a boolean ``max``), and an empty
-``max``/``min``/``argmax`` raises NumPy's ``ValueError`` as the reference does.
+whole buffer: entries past the length stay meaningless. PyTensor never broadcasts at run time, so
+operands of the same rank must have the same length, a run-time check unless the bounds prove it. A
+reduction over the leading axis masks the entries past the length with the value that leaves the
+reduction unchanged in the input's own dtype (the smallest int64 for ``max``, ``False`` for a
+boolean ``max``), and an empty ``max``/``min``/``argmax`` raises NumPy's ``ValueError`` as the
+reference does.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-from pytensor.link.jax.dispatch.basic import jax_funcify
 import pytensor.scalar as ps
+from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
 from pytensor.tensor.extra_ops import CumOp
 from pytensor.tensor.math import Argmax, Dot
@@ -26,13 +26,22 @@ from pytensor.tensor.math import Argmax, Dot
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.lengths import integer_dimshuffle, integer_elemwise
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
-from gpubackend.dispatch.jax.while_scan.values import Bounded, BoundedInt, known_equal, valid_rows, value_of, with_capacity
+from gpubackend.dispatch.jax.while_scan.values import (
+    Bounded,
+    BoundedInt,
+    kinds,
+    known_equal,
+    valid_rows,
+    value_of,
+    with_capacity,
+)
 
 LENGTHS_DIFFER = "operands of run-time lengths that differ (PyTensor does not broadcast at run time)"
 
 
 def same_length(first: BoundedInt, other) -> Any:
-    """True where ``other`` (a length, or a concrete size) is known equal to ``first`` while tracing, else the condition."""
+    """True where ``other`` (a length, or a concrete size) is known equal to ``first`` while
+    tracing, else the condition."""
     if other is first or (isinstance(other, BoundedInt) and other.value is first.value) or known_equal(first, other):
         return True
     return value_of(first) == value_of(other)
@@ -70,7 +79,7 @@ def _elemwise(op: Elemwise, node, input_kinds, **kwargs) -> BoundedLowering:
             return NodeResult(Bounded(outputs, length), tuple(oks))
         return NodeResult([Bounded(output, length) for output in outputs], tuple(oks))
 
-    return BoundedLowering(elementwise, ("array",) * len(node.outputs), checks)
+    return BoundedLowering(elementwise, kinds("array", len(node.outputs)), checks)
 
 
 @bounded_jax_funcify.register(DimShuffle)
@@ -84,7 +93,8 @@ def _dimshuffle(op: DimShuffle, node, input_kinds, **kwargs) -> BoundedLowering:
 
 
 def _padding_fill(scalar_op, dtype: np.dtype):
-    """The value that leaves the reduction unchanged, in the dtype of what it reduces (None: there is none)."""
+    """The value that leaves the reduction unchanged, in the dtype of what it reduces (None: there
+    is none)."""
     if isinstance(scalar_op, ps.Maximum | ps.Minimum):
         largest = isinstance(scalar_op, ps.Minimum)
         if dtype.kind == "b":
@@ -130,7 +140,8 @@ def _careduce(op: CAReduce, node, input_kinds, **kwargs) -> BoundedLowering:
 
 
 def integer_elemwise_like_reduction(fn, node) -> BoundedLowering:
-    """A reduction of a shape vector: exact when its entries are, otherwise without bounds (``[0, 1]`` for booleans)."""
+    """A reduction of a shape vector: exact when its entries are, otherwise without bounds
+    (``[0, 1]`` for booleans)."""
     boolean = node.outputs[0].type.dtype == "bool"
 
     def reduce_integers(x: BoundedInt):
@@ -161,7 +172,8 @@ def _argmax(op: Argmax, node, input_kinds, **kwargs) -> BoundedLowering:
 
 @bounded_jax_funcify.register(CumOp)
 def _cumulative(op: CumOp, node, input_kinds, **kwargs) -> BoundedLowering:
-    """A cumulative sum or product down the trace: each entry depends only on those before it, never on the padding."""
+    """A cumulative sum or product down the trace: each entry depends only on those before it, never
+    on the padding."""
     ndim = node.inputs[0].type.ndim
     if not (op.axis == 0 or (op.axis is None and ndim == 1)):
         raise NotImplementedError(f"{op}: accumulating across the axis whose length is known only at run time")

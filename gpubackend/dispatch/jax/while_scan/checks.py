@@ -1,4 +1,5 @@
-"""Run-time checks: conditions the reference checks when it runs, which a trace of run-time length defers to run time.
+"""Run-time checks: conditions the reference checks when it runs, which a trace of run-time length
+defers to run time.
 
 A rule declares, at lowering, the checks it may need (`RuntimeCheck`: the
 reference's error type and message). While tracing it gives one condition per
@@ -31,7 +32,8 @@ import jax.numpy as jnp
 
 @dataclass(frozen=True)
 class RuntimeCheck:
-    """A condition the reference checks when it runs, and the error it raises when the condition fails."""
+    """A condition the reference checks when it runs, and the error it raises when the condition
+    fails."""
 
     error: type[Exception]
     message: str
@@ -47,17 +49,20 @@ class NodeResult(NamedTuple):
     """One value, or a list for a node with several outputs."""
 
     oks: tuple = ()
-    """One condition per check the rule declared: True where proven while tracing, else a traced boolean."""
+    """One condition per check the rule declared: True where proven while tracing, else a traced
+    boolean."""
 
     overflow: Any = False
-    """A while-Scan that stopped because its buffers were full (a traced boolean), False where it cannot."""
+    """A while-Scan that stopped because its buffers were full (a traced boolean), False where it
+    cannot."""
 
     state: Any = None
     """What a while-Scan that overflowed continues from with more room (its `loop.LoopResult`)."""
 
 
 def first_failure(oks: Sequence) -> Any:
-    """0 when every condition holds, else 1 + the index of the first that fails; None when all are proven."""
+    """0 when every condition holds, else 1 + the index of the first that fails; None when all are
+    proven."""
     if all(ok is True for ok in oks):
         return None
     code = jnp.int32(0)
@@ -75,7 +80,8 @@ def raise_failure(code: int, checks: Sequence[RuntimeCheck]) -> None:
 
 
 def raise_in_graph(values, code, checks: Sequence[RuntimeCheck]):
-    """``values``, which raise the failing check's error when the computation runs (a host callback)."""
+    """``values``, which raise the failing check's error when the computation runs (a host
+    callback)."""
     if code is None:
         return values
     import equinox as eqx  # equinox loads with the first while-Scan, not with gpubackend

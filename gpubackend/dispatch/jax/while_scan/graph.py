@@ -1,4 +1,5 @@
-"""The function of a whole graph whose while-Scan traces may be trimmed, for the linker and path it is lowered for.
+"""The function of a whole graph whose while-Scan traces may be trimmed, for the linker and path it
+is lowered for.
 
 Given the graph's plan (`plan`) and the `LoweringContext`:
 

@@ -1,4 +1,5 @@
-"""JAX_GPU's side of a while-Scan graph: the one explicit read per call that lengths, checks and step counts need.
+"""JAX_GPU's side of a while-Scan graph: the one explicit read per call that lengths, checks and
+step counts need.
 
 A linker that owns the call (`LoweringContext.read_back`) gets, for a whole
 graph with something to read, the function ``fn(step_counts, *inputs) ->
@@ -37,7 +38,8 @@ from gpubackend.dispatch.jax.while_scan.checks import RuntimeCheck, raise_failur
 
 
 class HostReads(NamedTuple):
-    """What a call reads back: empty (nothing to read) unless the graph has something only the data settle."""
+    """What a call reads back: empty (nothing to read) unless the graph has something only the data
+    settle."""
 
     lengths: tuple = ()
     """One per output of run-time length, in output order."""
@@ -61,11 +63,13 @@ class HostReadPlan:
     run_time_lengths: tuple[int, ...] = ()
     """Positions of the outputs returned at the size of their buffer, to cut to the lengths read."""
     n_specialised: int = 0
-    """While-Scans specialised on their step counts (a call may then run twice, so it donates nothing)."""
+    """While-Scans specialised on their step counts (a call may then run twice, so it donates
+    nothing)."""
     continuation: Callable | None = None
     """Where the graph runs as two computations (`interpreter.LadderedGraph`): ``fn`` returns
     ``(outputs, HostReads, overflow)``, and where ``overflow`` is not None,
-    ``continuation(outputs, reads, overflow, *inputs) -> (outputs, HostReads)`` finishes. Only the second donates."""
+    ``continuation(outputs, reads, overflow, *inputs) -> (outputs, HostReads)`` finishes. Only the
+    second donates."""
 
 
 class SplitLadder:
@@ -97,7 +101,8 @@ class SplitLadder:
 
 
 def _signature(value):
-    """What a jitted function's compile depends on: shape and dtype of arrays, the value of static scalars."""
+    """What a jitted function's compile depends on: shape and dtype of arrays, the value of static
+    scalars."""
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return value.shape, str(value.dtype)
     if isinstance(value, int | float | bool | np.generic):

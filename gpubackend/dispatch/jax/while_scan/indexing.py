@@ -1,4 +1,5 @@
-"""Indexing a trace of run-time length: reads and writes at a position or through a slice, with the reference's errors.
+"""Indexing a trace of run-time length: reads and writes at a position or through a slice, with the
+reference's errors.
 
 NumPy raises ``IndexError`` for a position outside an axis, and ``ValueError``
 for a slice assignment whose value has another length; JAX clamps and drops
@@ -20,9 +21,9 @@ import numpy as np
 from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, indices_from_subtensor
 
+from gpubackend.dispatch.jax.while_scan.arrays import same_length
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
-from gpubackend.dispatch.jax.while_scan.arrays import same_length
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
     BoundedInt,
@@ -38,7 +39,8 @@ from gpubackend.dispatch.jax.while_scan.values import (
     with_capacity,
 )
 
-# How many lengths a slice's entry count is worked out for, to bound it exactly (it need not be monotone).
+# How many lengths a slice's entry count is worked out for, to bound it exactly (it need not be
+# monotone).
 _EXACT_COUNT_SPAN = 4096
 
 
@@ -56,7 +58,8 @@ def _slice_bound_kinds(entry, input_kinds: Sequence[Kind], first_index_input: in
 
 
 def _refuse_unsupported(op, input_kinds: Sequence[Kind], first_index_input: int) -> None:
-    """A run-time length may size the leading axis only: a later slice of run-time length has no JAX shape."""
+    """A run-time length may size the leading axis only: a later slice of run-time length has no JAX
+    shape."""
     if input_kinds[0] == "array" and not op.idx_list:
         raise NotImplementedError(f"{op}: no index on the leading axis, whose length is known only at run time")
     for entry in op.idx_list[1:]:
@@ -78,7 +81,8 @@ def _position_in_range(index, size) -> Any:
 
 
 def _wrapped(index, size, capacity: int):
-    """A position counted from the end as from the start, kept inside the buffer (out-of-range ones fail their check)."""
+    """A position counted from the end as from the start, kept inside the buffer (out-of-range ones
+    fail their check)."""
     index, size = value_of(index), value_of(size)
     return jnp.clip(jnp.where(index < 0, index + size, index), 0, capacity - 1)
 
@@ -91,7 +95,8 @@ ZERO_STEP = RuntimeCheck(ValueError, "slice step cannot be zero")
 
 
 def _slice_positions(index: slice, length, capacity: int):
-    """Positions and count of ``range(length)[index]`` for a run-time length, in at most ``capacity`` entries.
+    """Positions and count of ``range(length)[index]`` for a run-time length, in at most
+    ``capacity`` entries.
 
     The step may be known only at run time, so both directions are worked out
     and the step's sign picks one.
@@ -114,7 +119,8 @@ def _slice_positions(index: slice, length, capacity: int):
 
 
 def _count_bounds(index: slice, length, capacity: int) -> tuple[float, float]:
-    """The interval of a slice's entry count, exact when its bounds and step are known while tracing.
+    """The interval of a slice's entry count, exact when its bounds and step are known while
+    tracing.
 
     The count need not grow with the length (``[-5:7]``), so it is worked out
     for every length the bounds allow, when they allow few enough.
@@ -130,7 +136,8 @@ def _count_bounds(index: slice, length, capacity: int) -> tuple[float, float]:
 
 
 def _count_table(index: slice, length) -> Table | None:
-    """A slice's entry count for every value of the one length it depends on, where its ends and step do too."""
+    """A slice's entry count for every value of the one length it depends on, where its ends and
+    step do too."""
     ends = [bound for bound in (index.start, index.stop, index.step) if bound is not None]
     common = common_tables([length, *ends])
     if common is None:
@@ -204,7 +211,7 @@ def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
             return NodeResult(result, tuple(oks))
 
         return BoundedLowering(sliced, ("array" if run_time_slice else None,), checks)
-    checks = (_out_of_range(op),) + later_checks
+    checks = (_out_of_range(op), *later_checks)
 
     def at_position(x, *index_inputs):
         buffer, length = as_bounded(x)
@@ -226,7 +233,8 @@ def _plain_subtensor(op: Subtensor, fn, index_kinds, checks) -> BoundedLowering:
 
 
 def _integer_subtensor(op: Subtensor, fn) -> BoundedLowering:
-    """An entry of a shape vector: its bounds and table are the entry's when the position is known while tracing."""
+    """An entry of a shape vector: its bounds and table are the entry's when the position is known
+    while tracing."""
 
     def integer_entry(x: BoundedInt, *index_inputs):
         value = fn(x.value, *(value_of(i) for i in index_inputs))
@@ -292,7 +300,8 @@ def _same_count(count: BoundedInt, y) -> Any:
 
 
 def _per_position(y, capacity: int, target_shape: tuple[int, ...]):
-    """The values written at ``capacity`` leading positions: y padded or cut to them, or broadcast over them."""
+    """The values written at ``capacity`` leading positions: y padded or cut to them, or broadcast
+    over them."""
     y = jnp.asarray(y.buffer if isinstance(y, Bounded) else y)
     if y.ndim < len(target_shape) or y.shape[0] == 1:
         return jnp.broadcast_to(y, target_shape)

@@ -1,4 +1,5 @@
-"""A graph with while-Scan traces of run-time length, as one function JAX traces: node by node, in order.
+"""A graph with while-Scan traces of run-time length, as one function JAX traces: node by node, in
+order.
 
 `bounded_graph` runs the nodes of a `BoundedPlan` with their length-aware
 lowerings (the others with their ordinary ones), folds the rules' run-time
@@ -30,13 +31,20 @@ from gpubackend.dispatch.jax.while_scan.checks import NodeResult, first_failure
 from gpubackend.dispatch.jax.while_scan.plan import BoundedPlan, ExactLengthsNeeded
 from gpubackend.dispatch.jax.while_scan.refusals import unbounded_step_count
 from gpubackend.dispatch.jax.while_scan.traces import specialised_scan
-from gpubackend.dispatch.jax.while_scan.values import Bounded, BoundedInt, as_kind, is_traced, with_capacity
+from gpubackend.dispatch.jax.while_scan.values import (
+    Bounded,
+    BoundedInt,
+    as_kind,
+    is_traced,
+    with_capacity,
+)
 from gpubackend.errors import DataDependentLengthError
 
 FIRST_CAPACITY = 16
 CAPACITY_GROWTH = 16
 SPLIT_CAPACITY = FIRST_CAPACITY * CAPACITY_GROWTH
-"""Where a ladder run as two computations splits (`LadderedGraph`): rungs with more room go to the second."""
+"""Where a ladder run as two computations splits (`LadderedGraph`): rungs with more room go to the
+second."""
 
 
 class GraphRun(NamedTuple):
@@ -54,7 +62,8 @@ def _constants(fgraph, order: Sequence[Apply], constant: Callable[[Constant], An
 
 
 def _plain_outputs(sizing: frozenset[Apply], while_scans: Sequence[Apply], node: Apply, fn: Callable, arguments: list):
-    """A node with its ordinary lowering; one that sizes a while-Scan from the data is refused by name."""
+    """A node with its ordinary lowering; one that sizes a while-Scan from the data is refused by
+    name."""
     try:
         return fn(*arguments)
     except (TypeError, jax.errors.ConcretizationTypeError) as error:
@@ -64,7 +73,8 @@ def _plain_outputs(sizing: frozenset[Apply], while_scans: Sequence[Apply], node:
 
 
 def _rule_outputs(plan: BoundedPlan, node: Apply, lowering, arguments: list, capacity: int | None, resume):
-    """A node with its length rule; a size the rule finds unbounded while tracing is refused by name."""
+    """A node with its length rule; a size the rule finds unbounded while tracing is refused by
+    name."""
     try:
         if lowering.capacity_limited:
             return lowering.fn(*arguments, capacity=capacity, resume=resume)
@@ -93,16 +103,19 @@ def _either(overflow, other):
 
 
 def _as_output(value, run_time_length: bool, static_length: int | None):
-    """A graph output: a `Bounded` one is kept where its length is known only at run time, else cut to its type's."""
+    """A graph output: a `Bounded` one is kept where its length is known only at run time, else cut
+    to its type's."""
     if isinstance(value, BoundedInt):
         return value.value
     if isinstance(value, Bounded) and not run_time_length:
+        assert static_length is not None, "an output whose length is not a run-time one has a static one"
         return with_capacity(value.buffer, static_length)
     return value
 
 
 class LadderedGraph(NamedTuple):
-    """A bounded graph as one computation (`whole`), or as its lower rungs and the rest (`lower`, then `higher`).
+    """A bounded graph as one computation (`whole`), or as its lower rungs and the rest (`lower`,
+    then `higher`).
 
     On the CPU, XLA maps a computation's temporaries afresh on every call once
     they are large: the higher rungs' buffers, sized for the bound, would make
@@ -114,19 +127,22 @@ class LadderedGraph(NamedTuple):
     whole: Callable
     """``whole(*inputs) -> GraphRun``."""
     lower: Callable
-    """``lower(*inputs) -> GraphRun``: the rungs up to `SPLIT_CAPACITY`; its overflow None where there is no other."""
+    """``lower(*inputs) -> GraphRun``: the rungs up to `SPLIT_CAPACITY`; its overflow None where
+    there is no other."""
     higher: Callable
     """``higher(*inputs) -> GraphRun``: the rungs above `SPLIT_CAPACITY`."""
 
 
 class Climb(NamedTuple):
-    """How a run climbs the ladder: the rungs it may climb, and the structure every branch of it returns."""
+    """How a run climbs the ladder: the rungs it may climb, and the structure every branch of it
+    returns."""
 
     rungs: Sequence[int]
     with_code: bool
     """Some rung has a check left: every branch returns an error code."""
     terminal: bool
-    """The last rung has the bound's room: the result's overflow is None; otherwise the last rung's flag."""
+    """The last rung has the bound's room: the result's overflow is None; otherwise the last rung's
+    flag."""
 
     def settled(self, run: GraphRun) -> GraphRun:
         overflow = None if self.terminal else jnp.asarray(run.overflow)
@@ -134,13 +150,15 @@ class Climb(NamedTuple):
 
 
 def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn: Callable[[Apply], Callable], constant) -> LadderedGraph:
-    """The plan's graph, climbing the ladder at each while-Scan: with more room, the loop resumes where it stopped."""
+    """The plan's graph, climbing the ladder at each while-Scan: with more room, the loop resumes
+    where it stopped."""
     plain_fns = {node: default_fn(node) for node in order if node not in plan.lowerings}
     constants = _constants(fgraph, order, constant)
     run_time = [output in plan.run_time_lengths for output in fgraph.outputs]
 
     def interpret(values: dict, start: int, oks: list, overflow: Any, climb: Climb | None, capacity: int | None) -> GraphRun:
-        """The nodes from ``start`` on; a Scan climbs ``climb`` (None: every Scan gets ``capacity``)."""
+        """The nodes from ``start`` on; a Scan climbs ``climb`` (None: every Scan gets
+        ``capacity``)."""
         for index in range(start, len(order)):
             node = order[index]
             arguments = [values[value] for value in node.inputs]
@@ -160,7 +178,8 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
         return GraphRun(results, first_failure(oks), overflow)
 
     def climb_at(index: int, values: dict, oks: list, overflow: Any, climb: Climb, resume) -> GraphRun:
-        """The Scan at ``index`` on the first of the climb's rungs, then the rest of the graph, or more room."""
+        """The Scan at ``index`` on the first of the climb's rungs, then the rest of the graph, or
+        more room."""
         node = order[index]
         lowering = plan.lowerings[node]
         result = _rule_outputs(plan, node, lowering, [values[value] for value in node.inputs], climb.rungs[0], resume)
@@ -173,10 +192,11 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
         if result.overflow is False or len(climb.rungs) == 1:
             return rest_of_graph()
 
-        # Rematerialised: differentiated by JAX, a cond keeps the residuals of both branches, zeros for the
-        # one not taken; a higher rung's residuals would be buffers of its room. Remat keeps only its inputs.
-        # Without prevent_cse, which puts an optimisation barrier around the branch: XLA would then copy the
-        # loop's buffers on every step instead of updating them in place.
+        # Rematerialised: differentiated by JAX, a cond keeps the residuals of both branches, zeros
+        # for the one not taken; a higher rung's residuals would be buffers of its room. Remat keeps
+        # only its inputs. Without prevent_cse, which puts an optimisation barrier around the
+        # branch: XLA would then copy the loop's buffers on every step instead of updating them in
+        # place.
         @partial(jax.checkpoint, prevent_cse=False)
         def more_room():
             higher = climb._replace(rungs=climb.rungs[1:])
@@ -189,7 +209,8 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
         return interpret(_fresh_values(constants, fgraph.inputs, inputs), 0, [], False, None, capacity)
 
     if plan.run_time_lengths:
-        # Outputs of run-time length are returned at the size of their buffers: one rung, at the bound.
+        # Outputs of run-time length are returned at the size of their buffers: one rung, at the
+        # bound.
         def at_the_bound(*inputs) -> GraphRun:
             return GraphRun(*probe(inputs, None)[:2], None)
 
@@ -215,7 +236,8 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
 
 
 def absorb(node: Apply, lowering, result, values: dict, oks: list, overflow: Any) -> tuple[list, Any]:
-    """A rule's result into ``values`` (in the kinds the plan declared); the checks and overflow so far."""
+    """A rule's result into ``values`` (in the kinds the plan declared); the checks and overflow so
+    far."""
     if isinstance(result, NodeResult):
         result, node_oks, node_overflow, _ = result
         oks, overflow = [*oks, *node_oks], _either(overflow, node_overflow)
@@ -225,7 +247,8 @@ def absorb(node: Apply, lowering, result, values: dict, oks: list, overflow: Any
 
 
 def _fresh(values: dict) -> dict:
-    """``values`` in containers of their own, for a branch that runs nodes (random variables write into their dicts)."""
+    """``values`` in containers of their own, for a branch that runs nodes (random variables write
+    into their dicts)."""
     return {variable: jax.tree.map(lambda leaf: leaf, value) for variable, value in values.items()}
 
 
@@ -238,7 +261,7 @@ def _rungs(run_at: Callable[[int], GraphRun]) -> tuple[list[int], bool]:
     capacities, with_code = [], False
     capacity = FIRST_CAPACITY
     while True:
-        seen = {}
+        seen: dict[str, bool] = {}
 
         def probe(capacity=capacity, seen=seen):
             result = run_at(capacity)
@@ -254,12 +277,14 @@ def _rungs(run_at: Callable[[int], GraphRun]) -> tuple[list[int], bool]:
 
 
 def _settled_code(error_code, with_code: bool):
-    """A rung's error code in the structure every rung shares: an int32 where any rung has checks left."""
+    """A rung's error code in the structure every rung shares: an int32 where any rung has checks
+    left."""
     return error_code if error_code is not None or not with_code else jnp.int32(0)
 
 
 def step_counted_graph(fgraph, order: Sequence[Apply], plan: ExactLengthsNeeded, default_fn: Callable[[Apply], Callable], constant, **kwargs) -> Callable:
-    """``graph(assumed_steps, *inputs) -> (outputs, ((steps_taken, matched), ...))``, one pair per while-Scan of the plan."""
+    """``graph(assumed_steps, *inputs) -> (outputs, ((steps_taken, matched), ...))``, one pair per
+    while-Scan of the plan."""
     specialised = {node: specialised_scan(node.op, node, **kwargs) for node in plan.nodes}
     sizing = plan.sizing
     fns = {node: specialised.get(node) or default_fn(node) for node in order}

@@ -1,4 +1,5 @@
-"""Integer arithmetic on lengths: what PyTensor computes from a trace's shape, with the bounds of each result.
+"""Integer arithmetic on lengths: what PyTensor computes from a trace's shape, with the bounds of
+each result.
 
 A `BoundedInt`'s bounds follow it through the integer ops PyTensor puts
 between a trace's shape and its uses (``Shape_i``, ``Shape``, arithmetic,
@@ -16,9 +17,9 @@ from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
-from pytensor.link.jax.dispatch.basic import jax_funcify
 import pytensor.scalar as ps
 from pytensor.graph.basic import Constant
+from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.basic import ARange, MakeVector, ScalarFromTensor, TensorFromScalar
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
@@ -34,6 +35,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     bounds_of,
     common_tables,
     holds_always,
+    kinds,
     length_between,
     tabulated,
     value_of,
@@ -80,7 +82,7 @@ def _exact_bounds(scalar_op, boxes) -> tuple[np.ndarray, np.ndarray]:
 def integer_bounds(scalar_op, boxes, boolean: bool) -> tuple[np.ndarray, np.ndarray]:
     """The interval of ``scalar_op`` over the boxes of its integer arguments."""
     if isinstance(scalar_op, ps.Cast) and np.dtype(scalar_op.o_type.dtype).kind != "b":
-        ufunc = _CORNER_UFUNCS[ps.Identity]
+        ufunc: Callable | None = _CORNER_UFUNCS[ps.Identity]
     else:
         ufunc = _CORNER_UFUNCS.get(type(scalar_op))
     if ufunc is not None:
@@ -99,7 +101,8 @@ def _logical(ufunc: Callable) -> Callable:
     return lambda *arrays: ufunc(*(array.astype(np.int64) for array in arrays))
 
 
-# NumPy over the tables of int64 values, for the ops PyTensor computes lengths with (any other: its impl, vectorised).
+# NumPy over the tables of int64 values, for the ops PyTensor computes lengths with (any other: its
+# impl, vectorised).
 _TABLE_UFUNCS: dict[type, Callable] = {
     **_CORNER_UFUNCS,
     ps.EQ: np.equal,
@@ -131,13 +134,15 @@ def _tabulated_result(scalar_op, inputs, value, boolean: bool) -> BoundedInt | N
 
 
 def integer_elemwise(op: Elemwise, node, **kwargs) -> BoundedLowering:
-    """An Elemwise over lengths and other integers; a non-integer result (a mean's divisor) is a plain value."""
+    """An Elemwise over lengths and other integers; a non-integer result (a mean's divisor) is a
+    plain value."""
     return _integer_scalar_op(op.scalar_op, jax_funcify(op, node=node, **kwargs), node)
 
 
 @bounded_jax_funcify.register(ps.ScalarOp)
 def _scalar_op(op: ps.ScalarOp, node, input_kinds, **kwargs) -> BoundedLowering:
-    """A scalar op of PyTensor's scalar graphs (``ScalarFromTensor`` then ``add``), as its Elemwise."""
+    """A scalar op of PyTensor's scalar graphs (``ScalarFromTensor`` then ``add``), as its
+    Elemwise."""
     return _integer_scalar_op(op, jax_funcify(op, node=node, **kwargs), node)
 
 
@@ -154,7 +159,7 @@ def _integer_scalar_op(scalar_op, fn, node) -> BoundedLowering:
             return tabulated_value or BoundedInt(value, *integer_bounds(scalar_op, boxes, booleans[0]))
         return [as_bounded_int(output) for output in value]
 
-    return BoundedLowering(bounded_integers, ("int",) * len(node.outputs))
+    return BoundedLowering(bounded_integers, kinds("int", len(node.outputs)))
 
 
 @bounded_jax_funcify.register(Shape_i)
@@ -202,7 +207,8 @@ def _stacked(value, entries) -> BoundedInt:
 
 
 def dimshuffled_bounds(op: DimShuffle, bound: np.ndarray, leading: int = 0) -> np.ndarray:
-    """``bound`` rearranged as ``op`` rearranges the value (the rule of ``DimShuffle.perform``), after ``leading`` axes."""
+    """``bound`` rearranged as ``op`` rearranges the value (the rule of ``DimShuffle.perform``),
+    after ``leading`` axes."""
     kept = tuple(range(leading))
     rearranged = np.transpose(bound, kept + tuple(axis + leading for axis in op.shuffle + op.drop))
     shape = list(rearranged.shape[: leading + len(op.shuffle)])
@@ -224,7 +230,8 @@ def integer_dimshuffle(op: DimShuffle, node, **kwargs) -> BoundedLowering:
 
 
 def checks_data_at_run_time(op: CheckAndRaise) -> bool:
-    """Whether gpubackend lowers ``op``: not so where a library registered its own lowering (PyMC's pass-through Assert)."""
+    """Whether gpubackend lowers ``op``: not so where a library registered its own lowering (PyMC's
+    pass-through Assert)."""
     return jax_funcify.dispatch(type(op)) is jax_funcify.dispatch(CheckAndRaise)
 
 
@@ -259,20 +266,23 @@ def _check_and_raise(op: CheckAndRaise, node, input_kinds, **kwargs) -> BoundedL
 
 
 def _arange_count(start, stop, step, xp):
-    """How many entries ``arange(start, stop, step)`` has: ``ceil((stop - start) / step)``, at least 0."""
+    """How many entries ``arange(start, stop, step)`` has: ``ceil((stop - start) / step)``, at least
+    0."""
     return xp.maximum(0, -((start - stop) // step))
 
 
 @bounded_jax_funcify.register(ARange)
 def _arange(op: ARange, node, input_kinds, **kwargs) -> BoundedLowering:
-    """``arange`` with a run-time bound: room for as many entries as the bounds allow, ``length`` of them meaningful."""
+    """``arange`` with a run-time bound: room for as many entries as the bounds allow, ``length`` of
+    them meaningful."""
 
     def arange(start, stop, step):
         (start_low, start_high), (stop_low, stop_high), (step_low, step_high) = (bounds_of(x) for x in (start, stop, step))
         if not (step_low == step_high and np.isfinite(step_low) and step_low != 0):
             raise NotImplementedError(f"{op}: a step known only at run time")
         step_value = int(step_low)
-        # The count grows with stop and shrinks with start for a positive step, the other way for a negative one.
+        # The count grows with stop and shrinks with start for a positive step, the other way for a
+        # negative one.
         fewest, most = ((start_high, stop_low), (start_low, stop_high)) if step_value > 0 else ((start_low, stop_high), (start_high, stop_low))
         with np.errstate(all="ignore"):
             low, high = (_arange_count(*ends, step_value, np) for ends in (fewest, most))

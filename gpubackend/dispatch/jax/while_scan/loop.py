@@ -1,4 +1,5 @@
-"""The loop of a Scan over lengths and buffers that may be known only at run time, with room for ``capacity`` steps.
+"""The loop of a Scan over lengths and buffers that may be known only at run time, with room for
+``capacity`` steps.
 
 A while-Scan runs at most ``n_steps`` iterations and stops after the first one
 whose ``until`` condition is true. Its traced outputs live in buffers written
@@ -48,7 +49,8 @@ from gpubackend.dispatch.jax.while_scan.values import (
 class Trace(NamedTuple):
     buffer: jax.Array
     size: Any
-    """The size entries wrap at: an int, or a `BoundedInt` (a for-Scan's buffer sized by a trace)."""
+    """The size entries wrap at: an int, or a `BoundedInt` (a for-Scan's buffer sized by a
+    trace)."""
     slot: int
     """Initial entries (a tap's depth; 0 for a nit-sot)."""
 
@@ -64,7 +66,8 @@ class LoopResult(NamedTuple):
     traces: list[Trace]
     untraced: list[Any]
     overflow: Any
-    """The loop stopped only because a buffer was full (a traced boolean), or False where it cannot."""
+    """The loop stopped only because a buffer was full (a traced boolean), or False where it
+    cannot."""
     stopped: Any
     """The ``until`` condition held at the last step taken."""
 
@@ -97,13 +100,15 @@ def possibly_trimmed_traces(op: Scan, node) -> list[bool]:
 
 
 def _with_room(buffer: jax.Array, slot: int, capacity: int) -> jax.Array:
-    """The first ``slot`` (initial) entries of ``buffer`` in a buffer with room for ``capacity`` steps."""
+    """The first ``slot`` (initial) entries of ``buffer`` in a buffer with room for ``capacity``
+    steps."""
     room = jnp.zeros((capacity + slot, *buffer.shape[1:]), buffer.dtype)
     return room.at[:slot].set(buffer[:slot]) if slot else room
 
 
 def _like(new, old):
-    """``new`` in the dtype of the carried ``old`` (leaf by leaf: a random generator's state is a dict)."""
+    """``new`` in the dtype of the carried ``old`` (leaf by leaf: a random generator's state is a
+    dict)."""
     return jax.tree.map(lambda value, previous: jnp.asarray(value, dtype=jnp.asarray(previous).dtype), new, old)
 
 
@@ -140,6 +145,7 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
         nit_rooms = [int(size.high) for size in nit_sizes]
         nit_sizes_in_loop: list[Any] = list(nit_sizes)
         limited = False
+        limit = n_high
         if capacity is not None and capacity < n_high:
             for position, (tap, slot) in enumerate(zip(taps, slots, strict=False)):
                 if trimmable[position] and tap.capacity > capacity + slot:
@@ -150,11 +156,13 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
                 if trimmable[n_taps + position] and room > capacity:
                     nit_rooms[position] = nit_sizes_in_loop[position] = capacity
                     limited = True
-        limit = min(n_high, capacity) if limited else n_high
+            if limited:
+                limit = capacity
 
 
         def wrapped(position, size, slot: int):
-            """A ring buffer's position; a buffer with room for every step never wraps, and needs no remainder."""
+            """A ring buffer's position; a buffer with room for every step never wraps, and needs no
+            remainder."""
             known = known_value(size)
             return position if known is not None and known >= limit + slot else position % value_of(size)
 
@@ -169,8 +177,8 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
             mit_mot_taps = chain.from_iterable(
                 (_entry(buffer, step + tap) for tap in in_taps) for buffer, in_taps in zip(mit_mot_buffers, mit_mot_in, strict=True)
             )
-            # Taps are read from the carried windows, never from the buffers the loop writes: XLA then
-            # updates those in place instead of copying them on every step.
+            # Taps are read from the carried windows, never from the buffers the loop writes: XLA
+            # then updates those in place instead of copying them on every step.
             tap_values = chain.from_iterable(
                 (window[slot + tap] for tap in in_taps) for window, in_taps, slot in zip(windows, tap_slices, slots, strict=False)
             )
@@ -188,7 +196,8 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
             )
 
         mit_mot_buffers = [buffer.buffer for buffer in mit_mot]
-        # PyTensor's random variables write their new key into the generator's dict: trace on a copy of it.
+        # PyTensor's random variables write their new key into the generator's dict: trace on a copy
+        # of it.
         first_windows = windows_at(0, tap_buffers)
         nit_specs = jax.eval_shape(lambda: step_outputs(0, mit_mot_buffers, first_windows, jax.tree.map(lambda leaf: leaf, untraced))[2])
         nit_buffers = [jnp.zeros((room, *spec.shape), spec.dtype) for room, spec in zip(nit_rooms, nit_specs, strict=True)]
@@ -203,8 +212,8 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
 
         def body(carry):
             # The reverse-differentiable loop runs the body for every batch member while any goes on
-            # (under vmap), so there every write is masked and a member that has stopped keeps its state.
-            # lax.while_loop runs it only while the loop goes on: no mask.
+            # (under vmap), so there every write is masked and a member that has stopped keeps its
+            # state. lax.while_loop runs it only while the loop goes on: no mask.
             going = keep_going(carry) if reverse_differentiable else True
             step, stop, mit_mot_bufs, bufs, windows, nit_bufs, untraced_values = carry
             mit_mot_outs, tap_outs, nit_outs, untraced_outs, new_stop = step_outputs(step, mit_mot_bufs, windows, untraced_values)
@@ -239,7 +248,7 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
             ]
             windows = windows_at(resume.steps_taken, grown[:n_taps])
             init = (resume.steps_taken, resume.stopped, mit_mot_buffers, grown[:n_taps], windows, grown[n_taps:], resume.untraced)
-        if reverse_differentiable:
+        if reverse_differentiable and max_steps is not None:
             final = _reverse_differentiable_loop(keep_going, body, init, max_steps)
         else:
             final = jax.lax.while_loop(keep_going, body, init)
@@ -255,7 +264,8 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
 
 
 def _entry(buffer: jax.Array, position) -> jax.Array:
-    """``buffer[position]`` for a position in range: a plain dynamic slice (NumPy-style indexing adds wrap-around)."""
+    """``buffer[position]`` for a position in range: a plain dynamic slice (NumPy-style indexing
+    adds wrap-around)."""
     return jax.lax.dynamic_index_in_dim(buffer, position, keepdims=False)
 
 

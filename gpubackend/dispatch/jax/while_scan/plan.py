@@ -1,4 +1,5 @@
-"""How one graph lowers the while-Scan traces whose length depends on the data, decided once at lowering.
+"""How one graph lowers the while-Scan traces whose length depends on the data, decided once at
+lowering.
 
 `plan_graph` follows the values of run-time length from each while-Scan
 PyTensor may trim, through the rules of `bounded_jax_funcify`, and picks:
@@ -47,7 +48,8 @@ class BoundedPlan:
     """The graph's outputs whose length is known only at run time."""
 
     sizing: frozenset[Apply]
-    """The nodes that compute the while-Scans' step bounds and buffers: JAX needs their sizes while tracing."""
+    """The nodes that compute the while-Scans' step bounds and buffers: JAX needs their sizes while
+    tracing."""
 
     @property
     def checks(self) -> tuple[RuntimeCheck, ...]:
@@ -71,15 +73,16 @@ class ExactLengthsNeeded:
 
 
 def _run_time_checks(order: Sequence[Apply]) -> set[Apply]:
-    """In a graph with a while-Scan (which stock JAX refuses whole), the checks gpubackend lowers, to run at run time."""
+    """In a graph with a while-Scan (which stock JAX refuses whole), the checks gpubackend lowers,
+    to run at run time."""
     if not any(isinstance(node.op, Scan) and node.op.info.as_while for node in order):
         return set()
     return {node for node in order if isinstance(node.op, CheckAndRaise) and checks_data_at_run_time(node.op)}
 
 
 def plan_graph(fgraph, order: Sequence[Apply], **kwargs) -> BoundedPlan | ExactLengthsNeeded | None:
-    """None when no while-Scan trace of the graph (whose nodes, in order, are ``order``) may be trimmed, and no check
-    of a graph with a while-Scan needs the run."""
+    """None when no while-Scan trace of the graph (whose nodes, in order, are ``order``) may be
+    trimmed, and no check of a graph with a while-Scan needs the run."""
     trimmed = trimmed_while_scans(order)
     checked = _run_time_checks(order)
     if not trimmed and not checked:

@@ -1,4 +1,5 @@
-"""The registry of length-aware lowerings: how an op computes on values whose length is known only at run time.
+"""The registry of length-aware lowerings: how an op computes on values whose length is known only
+at run time.
 
 `bounded_jax_funcify(op, node, input_kinds, **kwargs)` returns a
 `BoundedLowering` for a node some of whose inputs are `Bounded` or
@@ -21,7 +22,8 @@ from gpubackend.dispatch.jax.while_scan.values import Kind
 
 class BoundedLowering(NamedTuple):
     fn: Callable
-    """The node's function. It returns a `NodeResult` when it declares checks or is capacity-limited."""
+    """The node's function. It returns a `NodeResult` when it declares checks or is
+    capacity-limited."""
 
     output_kinds: tuple[Kind, ...]
 
@@ -29,8 +31,8 @@ class BoundedLowering(NamedTuple):
     """The run-time checks the function may need, in the order of its `NodeResult.oks`."""
 
     capacity_limited: bool = False
-    """A Scan: it takes ``capacity`` (its buffers' room, None for its bound) and ``resume`` (the `NodeResult.state`
-    of a run with less room that overflowed), and reports overflow."""
+    """A Scan: it takes ``capacity`` (its buffers' room, None for its bound) and ``resume`` (the
+    `NodeResult.state` of a run with less room that overflowed), and reports overflow."""
 
 
 @singledispatch

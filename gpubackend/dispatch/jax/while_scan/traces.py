@@ -17,9 +17,23 @@ import jax.numpy as jnp
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult
-from gpubackend.dispatch.jax.while_scan.loop import LoopResult, Trace, is_static, possibly_trimmed_traces, rotated, scan_loop
+from gpubackend.dispatch.jax.while_scan.loop import (
+    LoopResult,
+    Trace,
+    is_static,
+    possibly_trimmed_traces,
+    rotated,
+    scan_loop,
+)
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
-from gpubackend.dispatch.jax.while_scan.values import Bounded, Kind, bounds_of, known_value, length_between, value_of
+from gpubackend.dispatch.jax.while_scan.values import (
+    Bounded,
+    Kind,
+    bounds_of,
+    known_value,
+    length_between,
+    value_of,
+)
 
 
 def untrimmed_outputs(loop: LoopResult) -> list:
@@ -51,7 +65,8 @@ def _in_order_already(trace: Trace, trimmable: bool) -> bool:
 
 
 def bounded_outputs(op: Scan, loop: LoopResult, trimmable: Sequence[bool]) -> list:
-    """Every output as a plain array where its length is static, `Bounded` where it is known only at run time."""
+    """Every output as a plain array where its length is static, `Bounded` where it is known only at
+    run time."""
     mit_mot = [
         buffer if known_value(size) == buffer.shape[0] else Bounded(buffer, size) for buffer, size in loop.mit_mot
     ]
@@ -116,7 +131,8 @@ def specialised_scan(op: Scan, node, **kwargs) -> Callable:
 
 
 def _as_pytensor_returns(buffer: jax.Array, init_len: int, steps: int, max_steps: int) -> jax.Array:
-    """The trace PyTensor's Scan returns after ``steps`` (a static count) of at most ``max_steps``."""
+    """The trace PyTensor's Scan returns after ``steps`` (a static count) of at most
+    ``max_steps``."""
     written = steps + init_len
     store = buffer.shape[0]
     if store <= written:

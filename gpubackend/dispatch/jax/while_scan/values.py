@@ -1,4 +1,5 @@
-"""The values a while-Scan graph carries while JAX traces it: lengths known only at run time, with bounds.
+"""The values a while-Scan graph carries while JAX traces it: lengths known only at run time, with
+bounds.
 
 A while-Scan's trace is as long as the steps its ``until`` condition allows,
 which ``jax.jit`` cannot return as a shape. Inside one lowered graph it is
@@ -19,16 +20,24 @@ import jax.numpy as jnp
 import numpy as np
 
 Kind = Literal["array", "int"] | None
-"""What a graph variable is while traced: `Bounded` ("array"), `BoundedInt` ("int") or an ordinary value (None)."""
+"""What a graph variable is while traced: `Bounded` ("array"), `BoundedInt` ("int") or an ordinary
+value (None)."""
+
+
+def kinds(kind: Kind, count: int) -> tuple[Kind, ...]:
+    """The kinds of ``count`` outputs of one kind."""
+    return (kind,) * count
 
 
 class Table(NamedTuple):
-    """A run-time integer as a function of one traced length (its atom), listed for every value the atom can take."""
+    """A run-time integer as a function of one traced length (its atom), listed for every value the
+    atom can take."""
 
     atom: Any
     """The traced length, a `BoundedInt`'s value, this integer is computed from."""
     first: int
-    """The atom's smallest value: ``values[i]`` is this integer (scalar or vector) when the atom is ``first + i``."""
+    """The atom's smallest value: ``values[i]`` is this integer (scalar or vector) when the atom is
+    ``first + i``."""
     values: np.ndarray
 
     def entry(self, index) -> Table:
@@ -36,7 +45,8 @@ class Table(NamedTuple):
         return Table(self.atom, self.first, self.values[(slice(None), *np.atleast_1d(index))])
 
 
-# Tabulating a length costs an array of its range while tracing: beyond this many values, bounds only.
+# Tabulating a length costs an array of its range while tracing: beyond this many values, bounds
+# only.
 TABLE_LIMIT = 1 << 16
 
 
@@ -58,7 +68,8 @@ class BoundedInt(NamedTuple):
 
 
 class Bounded(NamedTuple):
-    """An array whose leading axis holds ``length`` meaningful entries out of ``buffer.shape[0]``."""
+    """An array whose leading axis holds ``length`` meaningful entries out of
+    ``buffer.shape[0]``."""
 
     buffer: jax.Array
     length: BoundedInt
@@ -121,7 +132,8 @@ def known_value(value) -> int | None:
 
 
 def length_between(value, low, high) -> BoundedInt:
-    """A scalar in ``[low, high]``, traced by itself: a length of its own, tabulated where its range is small."""
+    """A scalar in ``[low, high]``, traced by itself: a length of its own, tabulated where its range
+    is small."""
     low, high = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
     if is_traced(value) and np.isfinite(low) and np.isfinite(high) and high - low < TABLE_LIMIT:
         return BoundedInt(value, low, high, Table(value, int(low), np.arange(int(low), int(high) + 1, dtype=np.float64)))
@@ -135,7 +147,8 @@ def tabulated(value, table: Table) -> BoundedInt:
 
 
 def common_tables(values) -> tuple[Table, list] | None:
-    """The values as arrays over one atom (a known value repeated), if each is known or tabulated on that atom."""
+    """The values as arrays over one atom (a known value repeated), if each is known or tabulated on
+    that atom."""
     tables = [value.table for value in values if isinstance(value, BoundedInt) and value.table is not None]
     if not tables or any(table.atom is not tables[0].atom for table in tables):
         return None
@@ -151,7 +164,8 @@ def common_tables(values) -> tuple[Table, list] | None:
 
 
 def known_equal(first, other) -> bool:
-    """Whether two integers are equal on every run: the same known value, or the same table of one length."""
+    """Whether two integers are equal on every run: the same known value, or the same table of one
+    length."""
     first_value, other_value = known_value(first), known_value(other)
     if first_value is not None and first_value == other_value:
         return True
@@ -189,7 +203,8 @@ def valid_rows(value: Bounded) -> jax.Array:
 
 
 def with_capacity(buffer: jax.Array, capacity: int) -> jax.Array:
-    """``buffer`` padded with zeros, or cut, to ``capacity`` leading entries (callers check what a cut loses)."""
+    """``buffer`` padded with zeros, or cut, to ``capacity`` leading entries (callers check what a
+    cut loses)."""
     extra = capacity - buffer.shape[0]
     if extra <= 0:
         return buffer[:capacity]
