@@ -23,11 +23,17 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
-def print_ratio_table(title: str, rows: Sequence[tuple[str, float, float, str]], columns=("case", "ours", "baseline", "ratio", "goal")) -> None:
+def print_ratio_table(
+    title: str,
+    rows: Sequence[tuple[str, float, float, str]],
+    columns=("case", "ours", "baseline", "ratio", "goal"),
+) -> None:
     """Rows are (label, ours_seconds, baseline_seconds, goal_text); ratio = ours / baseline."""
     table = Table(title=title)
     for column in columns:
         table.add_column(column)
     for label, ours, baseline, goal in rows:
-        table.add_row(label, format_seconds(ours), format_seconds(baseline), f"{ours / baseline:.2f}x", goal)
+        table.add_row(
+            label, format_seconds(ours), format_seconds(baseline), f"{ours / baseline:.2f}x", goal
+        )
     Console(width=160).print(table)

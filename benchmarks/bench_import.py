@@ -19,13 +19,20 @@ from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL_SECONDS = 1.0
-TIMED_IMPORT = "import time; started = time.perf_counter(); " "import {module}; print(time.perf_counter() - started)"
+TIMED_IMPORT = (
+    "import time; started = time.perf_counter(); "
+    "import {module}; print(time.perf_counter() - started)"
+)
 
 
 def import_seconds(module: str) -> float:
     # Run in the repository root so that this checkout's gpubackend is the one imported.
     result = subprocess.run(
-        [sys.executable, "-c", TIMED_IMPORT.format(module=module)], cwd=REPO, capture_output=True, text=True, check=True
+        [sys.executable, "-c", TIMED_IMPORT.format(module=module)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return float(result.stdout.split()[-1])
 
@@ -45,11 +52,18 @@ def main() -> int:
     for column in ("import", "median", "runs"):
         table.add_column(column)
     for module in modules:
-        table.add_row(module, f"{medians[module]:.3f} s", ", ".join(f"{t:.2f}" for t in times[module]))
-    table.add_row("gpubackend - pytensor", f"{extra:+.3f} s", f"goal: at most +{GOAL_SECONDS:.1f} s")
+        table.add_row(
+            module, f"{medians[module]:.3f} s", ", ".join(f"{t:.2f}" for t in times[module])
+        )
+    table.add_row(
+        "gpubackend - pytensor", f"{extra:+.3f} s", f"goal: at most +{GOAL_SECONDS:.1f} s"
+    )
     Console(width=160).print(table)
     met = extra <= GOAL_SECONDS
-    print(f"import gpubackend costs {extra:+.3f} s over import " f"pytensor: goal {'met' if met else 'MISSED'}")
+    print(
+        f"import gpubackend costs {extra:+.3f} s over import "
+        f"pytensor: goal {'met' if met else 'MISSED'}"
+    )
     return 0 if met else 1
 
 

@@ -74,7 +74,9 @@ def main() -> None:
     t_floor = median_seconds(blocking(floor, x_dev, s_dev), number=large, repeat=repeat)
     t_ours_tiny = median_seconds(blocking(ours_tiny, a_dev, b_dev), number=tiny, repeat=repeat)
     t_stock_tiny = median_seconds(blocking(stock_tiny, a_dev, b_dev), number=tiny, repeat=repeat)
-    t_trusted_tiny = median_seconds(blocking(stock_tiny_trusted, a_dev, b_dev), number=tiny, repeat=repeat)
+    t_trusted_tiny = median_seconds(
+        blocking(stock_tiny_trusted, a_dev, b_dev), number=tiny, repeat=repeat
+    )
     t_floor_tiny = median_seconds(blocking(floor_tiny, a_dev, b_dev), number=tiny, repeat=repeat)
 
     print_ratio_table(
@@ -84,14 +86,20 @@ def main() -> None:
             ("(x*2+s).sum(), 1e6: stock JAX / JAX_GPU", t_stock, t_ours, ">= 2.5x"),
             ("a*b+1: JAX_GPU / hand-written jit", t_ours_tiny, t_floor_tiny, "<= 3x"),
             ("a*b+1: stock JAX / hand-written jit", t_stock_tiny, t_floor_tiny, "baseline"),
-            ("a*b+1: stock JAX trust_input / hand-written jit", t_trusted_tiny, t_floor_tiny, "baseline, no checks"),
+            (
+                "a*b+1: stock JAX trust_input / hand-written jit",
+                t_trusted_tiny,
+                t_floor_tiny,
+                "baseline, no checks",
+            ),
         ],
         columns=("case", "first", "second", "ratio", "goal"),
     )
     console.print(
         "resident warm call under transfer_guard('disallow_explicit'): "
         f"JAX_GPU {'passes' if passes_transfer_guard(ours, x_dev) else 'FAILS'}, "
-        "stock JAX " f"{'passes' if passes_transfer_guard(stock, x_dev) else 'fails (uploads every call)'}"
+        "stock JAX "
+        f"{'passes' if passes_transfer_guard(stock, x_dev) else 'fails (uploads every call)'}"
     )
 
 

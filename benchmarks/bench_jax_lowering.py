@@ -55,7 +55,9 @@ def newton_while_scan(size: int, repeats: int) -> tuple[float, float]:
         # would not do, and this benchmark measures the lowering.
         return x - residual / (2 * x), until(pt.max(pt.abs(residual)) < NEWTON_TOL)
 
-    xs = pytensor.scan(step, outputs_info=[x0], non_sequences=[a], n_steps=100, return_updates=False)
+    xs = pytensor.scan(
+        step, outputs_info=[x0], non_sequences=[a], n_steps=100, return_updates=False
+    )
     fn = pytensor.function([x0, a], xs[-1], mode="JAX_GPU")
     fn.trust_input = True
 
@@ -76,7 +78,9 @@ def newton_while_scan(size: int, repeats: int) -> tuple[float, float]:
     rng = np.random.default_rng(0)
     x0_v = jax.device_put(np.ones(size), device)
     a_v = jax.device_put(rng.uniform(1.0, 100.0, size), device)
-    np.testing.assert_allclose(np.asarray(fn(x0_v, a_v)), np.asarray(hand_written(x0_v, a_v)), rtol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(fn(x0_v, a_v)), np.asarray(hand_written(x0_v, a_v)), rtol=1e-12
+    )
     return (
         median_seconds(blocking(fn, x0_v, a_v), number=1, repeat=repeats),
         median_seconds(blocking(hand_written, x0_v, a_v), number=1, repeat=repeats),
@@ -89,7 +93,9 @@ def rosenbrock(x, shift):
 
 def bfgs_rosenbrock(batch: int, repeats: int) -> tuple[float, float]:
     x, shift = pt.vector("x"), pt.scalar("shift")
-    solution, _ = minimize(rosenbrock(x, shift), x, method="BFGS", optimizer_kwargs={"tol": BFGS_TOL})
+    solution, _ = minimize(
+        rosenbrock(x, shift), x, method="BFGS", optimizer_kwargs={"tol": BFGS_TOL}
+    )
     batch_x, batch_shift = pt.matrix("batch_x"), pt.vector("batch_shift")
     batched = vectorize_graph(solution, {x: batch_x, shift: batch_shift})
     fn = pytensor.function([batch_x, batch_shift], batched, mode="JAX_GPU")
@@ -100,7 +106,9 @@ def bfgs_rosenbrock(batch: int, repeats: int) -> tuple[float, float]:
     @jax.jit
     def hand_written(x0, shifts):
         def solve(x0, shift):
-            return optx.minimise(rosenbrock, solver, x0, args=shift, max_steps=2000, throw=False).value
+            return optx.minimise(
+                rosenbrock, solver, x0, args=shift, max_steps=2000, throw=False
+            ).value
 
         return jax.vmap(solve)(x0, shifts)
 
@@ -108,7 +116,9 @@ def bfgs_rosenbrock(batch: int, repeats: int) -> tuple[float, float]:
     rng = np.random.default_rng(1)
     x0_v = jax.device_put(rng.uniform(-0.5, 0.5, (batch, 10)), device)
     shifts_v = jax.device_put(rng.uniform(0.5, 1.5, batch), device)
-    np.testing.assert_allclose(np.asarray(fn(x0_v, shifts_v)), np.asarray(hand_written(x0_v, shifts_v)), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(fn(x0_v, shifts_v)), np.asarray(hand_written(x0_v, shifts_v)), rtol=1e-6
+    )
     return (
         median_seconds(blocking(fn, x0_v, shifts_v), number=1, repeat=repeats),
         median_seconds(blocking(hand_written, x0_v, shifts_v), number=1, repeat=repeats),
@@ -145,7 +155,9 @@ def ofg_chain_compile_times(n_calls: int, rounds: int) -> tuple[float, float, fl
     for run in measure:
         run()
     samples = [[run() for run in measure] for _ in range(rounds)]
-    gpu_mode, jax_mode, stock_ofg = (statistics.median(column) for column in zip(*samples, strict=True))
+    gpu_mode, jax_mode, stock_ofg = (
+        statistics.median(column) for column in zip(*samples, strict=True)
+    )
     return gpu_mode, jax_mode, stock_ofg
 
 
@@ -162,12 +174,26 @@ def main(argv: list[str] | None = None) -> None:
     compiles = 3 if args.quick else 7
     gpu_mode, jax_mode, stock_ofg = ofg_chain_compile_times(50, compiles)
     print_ratio_table(
-        f"gpubackend JAX lowerings on {gpubackend.resolve_device()} " f"(medians of {repeats} calls, {compiles} compiles)",
+        f"gpubackend JAX lowerings on {gpubackend.resolve_device()} "
+        f"(medians of {repeats} calls, {compiles} compiles)",
         [
-            (f"while-Scan Newton n={vector_size} (JAX_GPU) vs hand-written lax.while_loop", *newton, "<= 1.3x"),
-            (f"BFGS Rosenbrock-10 x{batch} (JAX_GPU) vs hand-written vmapped optimistix", *bfgs, "<= 1.3x"),
+            (
+                f"while-Scan Newton n={vector_size} (JAX_GPU) vs hand-written lax.while_loop",
+                *newton,
+                "<= 1.3x",
+            ),
+            (
+                f"BFGS Rosenbrock-10 x{batch} (JAX_GPU) vs hand-written vmapped optimistix",
+                *bfgs,
+                "<= 1.3x",
+            ),
             ("50 OFG calls, compile + first call: JAX_GPU vs mode=JAX", gpu_mode, jax_mode, "< 1x"),
-            ("50 OFG calls, compile + first call: JAX_GPU vs PyTensor's own JAX lowerings", gpu_mode, stock_ofg, "< 1x"),
+            (
+                "50 OFG calls, compile + first call: JAX_GPU vs PyTensor's own JAX lowerings",
+                gpu_mode,
+                stock_ofg,
+                "< 1x",
+            ),
         ],
     )
 

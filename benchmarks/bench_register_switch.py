@@ -24,7 +24,14 @@ import textwrap
 
 from _timing import print_ratio_table
 
-CASES = ("ofg_chained_50", "scan_nested", "scan_grad_mit_mot", "scan_while_until", "minimize_blockwise", "lazy_ifelse")
+CASES = (
+    "ofg_chained_50",
+    "scan_nested",
+    "scan_grad_mit_mot",
+    "scan_while_until",
+    "minimize_blockwise",
+    "lazy_ifelse",
+)
 """Conformance catalogue graphs: inner graphs of every kind, so the dispatcher recurses a lot."""
 
 CHILD = textwrap.dedent(
@@ -53,7 +60,11 @@ def sample(register: str, compiles: int) -> dict[str, float]:
     env = {**os.environ, "GPUBACKEND_REGISTER": register}
     env.setdefault("GPUBACKEND_DEVICE", "cpu")
     completed = subprocess.run(
-        [sys.executable, "-c", CHILD, str(compiles), *CASES], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", CHILD, str(compiles), *CASES],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     [line] = [line for line in completed.stdout.splitlines() if line.startswith("TIMES")]
     return json.loads(line.removeprefix("TIMES"))
@@ -73,7 +84,9 @@ def main(argv: list[str] | None = None) -> None:
         scoped = statistics.median(times[name] for times in samples["jax_gpu"])
         global_ = statistics.median(times[name] for times in samples["global"])
         rows.append((f"{name}: JAX_GPU compile, scoped vs global", scoped, global_, "<= 1.05x"))
-    print_ratio_table(f"GPUBACKEND_REGISTER=jax_gpu vs global (medians of {rounds} interpreters)", rows)
+    print_ratio_table(
+        f"GPUBACKEND_REGISTER=jax_gpu vs global (medians of {rounds} interpreters)", rows
+    )
 
 
 if __name__ == "__main__":

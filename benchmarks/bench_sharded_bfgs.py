@@ -71,11 +71,19 @@ def main() -> None:
         x0_dev = jax.device_put(x0_values, fn.input_storage[1].type.sharding)
         solution, success = fn(a_dev, x0_dev)
         error = np.abs(np.asarray(solution) - np.stack([a_values, a_values**2], axis=1)).max()
-        seconds = median_seconds(partial(_ready, fn, a_dev, x0_dev), number=1 if args.quick else 3, repeat=5 if args.quick else 9)
+        seconds = median_seconds(
+            partial(_ready, fn, a_dev, x0_dev),
+            number=1 if args.quick else 3,
+            repeat=5 if args.quick else 9,
+        )
         baseline = baseline or seconds
         table.add_row(
-            f"{size} x {platform}" + (" (simulated)" if gpubackend.devices.is_simulated(devices[0]) else ""),
-            format_seconds(seconds), f"{seconds / baseline:.2f}x", f"{int(np.asarray(success).sum())}/{args.batch}", f"{error:.1e}",
+            f"{size} x {platform}"
+            + (" (simulated)" if gpubackend.devices.is_simulated(devices[0]) else ""),
+            format_seconds(seconds),
+            f"{seconds / baseline:.2f}x",
+            f"{int(np.asarray(success).sum())}/{args.batch}",
+            f"{error:.1e}",
         )
     Console(width=140).print(table)
 

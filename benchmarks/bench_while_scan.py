@@ -63,7 +63,9 @@ def settling_graphs() -> tuple[list, dict[str, pt.TensorVariable]]:
         new_x = pt.tanh(w @ x) + b
         return new_x, until(pt.max(pt.abs(new_x - x)) < 1e-10)
 
-    xs = pytensor.scan(settle, outputs_info=[x0], non_sequences=[b, w], n_steps=MAX_STEPS, return_updates=False)
+    xs = pytensor.scan(
+        settle, outputs_info=[x0], non_sequences=[b, w], n_steps=MAX_STEPS, return_updates=False
+    )
     graphs = {
         "xs[-1].sum()": xs[-1].sum(),
         "xs.sum()": xs.sum(),
@@ -89,7 +91,9 @@ def explicit_reads(fn, values, device) -> str:
         from gpubackend.conformance.checks import count_host_reads
     except ImportError:  # a checkout that predates the counter
         return "n/a"
-    jax.block_until_ready(fn(*values))  # compiled first: a call that compiles returns only once it has
+    jax.block_until_ready(
+        fn(*values)
+    )  # compiled first: a call that compiles returns only once it has
     reads = count_host_reads(fn, values, device)
     return f"{reads.explicit}" + (" + implicit" if reads.implicit else "")
 
@@ -101,7 +105,9 @@ def newton_gradient(bound: int) -> tuple[list, pt.TensorVariable]:
         new_x = 0.5 * (x + a / x)
         return new_x, until(pt.max(pt.abs(new_x - x)) < 1e-8)
 
-    xs = pytensor.scan(newton, outputs_info=[x0], non_sequences=[a], n_steps=bound, return_updates=False)
+    xs = pytensor.scan(
+        newton, outputs_info=[x0], non_sequences=[a], n_steps=bound, return_updates=False
+    )
     return [a, x0], pytensor.grad(xs[-1].sum(), a)
 
 
@@ -161,17 +167,33 @@ def bound_sweep(device, repeat: int) -> None:
     times: dict[str, dict[int, float]] = {mode: {} for mode in (*SWEEP_MODES, "hand-written")}
     for (mode, bound), seconds in medians.items():
         times[mode][bound] = seconds
-    table = Table(title="grad(xs[-1].sum(), a), Newton's sqrt on a " f"{SWEEP_WIDTH}-vector (~6 steps), median per call on {device}")
-    for column in ("path", *(f"bound {bound}" for bound in SWEEP_BOUNDS), "10,000 / 10 (goal <= 1.5)", "/ NUMBA at 10,000"):
+    table = Table(
+        title="grad(xs[-1].sum(), a), Newton's sqrt on a "
+        f"{SWEEP_WIDTH}-vector (~6 steps), median per call on {device}"
+    )
+    for column in (
+        "path",
+        *(f"bound {bound}" for bound in SWEEP_BOUNDS),
+        "10,000 / 10 (goal <= 1.5)",
+        "/ NUMBA at 10,000",
+    ):
         table.add_column(column)
     numba_last = times["NUMBA"][SWEEP_BOUNDS[-1]]
     for mode, per_bound in times.items():
         growth = per_bound[SWEEP_BOUNDS[-1]] / per_bound[SWEEP_BOUNDS[0]]
         versus_numba = per_bound[SWEEP_BOUNDS[-1]] / numba_last
         goal = " (goal <= 2)" if mode == "JAX_GPU" else ""
-        table.add_row(mode, *(format_seconds(per_bound[bound]) for bound in SWEEP_BOUNDS), f"{growth:.2f}", f"{versus_numba:.2f}{goal}")
+        table.add_row(
+            mode,
+            *(format_seconds(per_bound[bound]) for bound in SWEEP_BOUNDS),
+            f"{growth:.2f}",
+            f"{versus_numba:.2f}{goal}",
+        )
     Console(width=180).print(table)
-    print("JAX_GPU host reads per call by bound: " + ", ".join(f"{bound}: {reads[bound]}" for bound in SWEEP_BOUNDS))
+    print(
+        "JAX_GPU host reads per call by bound: "
+        + ", ".join(f"{bound}: {reads[bound]}" for bound in SWEEP_BOUNDS)
+    )
 
 
 def kalman_walk(repeat: int) -> None:
@@ -181,23 +203,40 @@ def kalman_walk(repeat: int) -> None:
 
     rng = np.random.default_rng(0)
     order = rng.integers(0, len(WALK), 30 * repeat)
-    table = Table(title=f"convergent Kalman filter, logp+gradient per call over {len(order)} calls, "
-                  f"{len({riccati_settling_steps(*WALK[i]) for i in order})} distinct step counts")
-    for column in ("mode", "median per call", "/ NUMBA (goal <= 2)", "compiles after the first call (goal 0)"):
+    table = Table(
+        title=f"convergent Kalman filter, logp+gradient per call over {len(order)} calls, "
+        f"{len({riccati_settling_steps(*WALK[i]) for i in order})} distinct step counts"
+    )
+    for column in (
+        "mode",
+        "median per call",
+        "/ NUMBA (goal <= 2)",
+        "compiles after the first call (goal 0)",
+    ):
         table.add_column(column)
     calls = {}
     for mode in ("NUMBA", "JAX_GPU"):
         model = CASES["kalman_convergent"].build()
-        points = [np.concatenate([np.ravel(v) for v in value_point(model, sigmas).values()]) for sigmas in WALK]
+        points = [
+            np.concatenate([np.ravel(v) for v in value_point(model, sigmas).values()])
+            for sigmas in WALK
+        ]
         logp_dlogp = model.logp_dlogp_function(ravel_inputs=True, mode=mode)
         logp_dlogp(points[order[0]])
         walk = iter(np.resize(order, 10 * len(order)))
-        calls[mode] = lambda logp_dlogp=logp_dlogp, points=points, walk=walk: logp_dlogp(points[next(walk)])
+        calls[mode] = lambda logp_dlogp=logp_dlogp, points=points, walk=walk: logp_dlogp(
+            points[next(walk)]
+        )
     with backend_compiles() as compiled:
         medians = interleaved_medians(calls, len(order))
     for mode, seconds in medians.items():
         # Only JAX_GPU compiles with XLA: every compile heard after the first calls is its.
-        table.add_row(mode, format_seconds(seconds), f"{seconds / medians['NUMBA']:.2f}", str(len(compiled)) if mode == "JAX_GPU" else "-")
+        table.add_row(
+            mode,
+            format_seconds(seconds),
+            f"{seconds / medians['NUMBA']:.2f}",
+            str(len(compiled)) if mode == "JAX_GPU" else "-",
+        )
     Console(width=160).print(table)
 
 
@@ -211,16 +250,34 @@ def main() -> None:
     bound_sweep(device, repeat)
     kalman_walk(repeat)
     rng = np.random.default_rng(0)
-    values = [rng.normal(size=WIDTH), 0.1 * rng.normal(size=WIDTH), 0.5 * rng.normal(size=(WIDTH, WIDTH)) / np.sqrt(WIDTH)]
+    values = [
+        rng.normal(size=WIDTH),
+        0.1 * rng.normal(size=WIDTH),
+        0.5 * rng.normal(size=(WIDTH, WIDTH)) / np.sqrt(WIDTH),
+    ]
     resident = [jax.device_put(value, device) for value in values]
     inputs, graphs = settling_graphs()
-    table = Table(title=f"{WIDTH}-wide while-Scan under JAX_GPU on {device} ({gpubackend.__file__})")
-    for column in ("graph", "call returns", "result ready", "return / ready", "host reads per call"):
+    table = Table(
+        title=f"{WIDTH}-wide while-Scan under JAX_GPU on {device} ({gpubackend.__file__})"
+    )
+    for column in (
+        "graph",
+        "call returns",
+        "result ready",
+        "return / ready",
+        "host reads per call",
+    ):
         table.add_column(column)
     for name, output in graphs.items():
         fn = pytensor.function(inputs, output, mode="JAX_GPU")
         returned, ready = return_and_ready_seconds(lambda fn=fn: fn(*resident), repeat)
-        table.add_row(name, format_seconds(returned), format_seconds(ready), f"{returned / ready:.2f}", explicit_reads(fn, resident, device))
+        table.add_row(
+            name,
+            format_seconds(returned),
+            format_seconds(ready),
+            f"{returned / ready:.2f}",
+            explicit_reads(fn, resident, device),
+        )
     Console(width=160).print(table)
 
 

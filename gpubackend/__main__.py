@@ -28,7 +28,11 @@ def main(argv: list[str] | None = None) -> int:
         epilog="Both commands need the conformance extra: pip install 'gpubackend[conformance]'.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("run", help="the main job: compile and run on every usable backend and device", add_help=False)
+    commands.add_parser(
+        "run",
+        help="the main job: compile and run on every usable backend and device",
+        add_help=False,
+    )
     commands.add_parser("conformance", help="run or merge the conformance suite", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if missing := missing_conformance_packages():

@@ -49,13 +49,19 @@ class DeviceResidentInput:
         self.sharding = sharding
         self.split_axis = split_axis
         self.placement_description = placement_description
-        self.single_device = next(iter(sharding.device_set)) if isinstance(sharding, SingleDeviceSharding) else None
+        self.single_device = (
+            next(iter(sharding.device_set)) if isinstance(sharding, SingleDeviceSharding) else None
+        )
         self.dtype = np.dtype(variable_type.dtype)
         self.ndim = getattr(variable_type, "ndim", 0)
         self.static_shape = tuple(getattr(variable_type, "shape", ()))
-        self.static_dims = tuple((axis, length) for axis, length in enumerate(self.static_shape) if length is not None)
+        self.static_dims = tuple(
+            (axis, length) for axis, length in enumerate(self.static_shape) if length is not None
+        )
 
-    def filter(self, data: Any, strict: bool = False, allow_downcast: bool | None = None) -> jax.Array:
+    def filter(
+        self, data: Any, strict: bool = False, allow_downcast: bool | None = None
+    ) -> jax.Array:
         if isinstance(data, jax.Array):
             return self._checked_resident(data)
         if not isinstance(data, np.ndarray) and hasattr(data, "__dlpack_device__"):
@@ -72,9 +78,12 @@ class DeviceResidentInput:
         return True
 
     def _checked_resident(self, data: jax.Array) -> jax.Array:
-        if data.sharding != self.sharding and not data.sharding.is_equivalent_to(self.sharding, data.ndim):
+        if data.sharding != self.sharding and not data.sharding.is_equivalent_to(
+            self.sharding, data.ndim
+        ):
             raise InputDeviceError(
-                f"JAX_GPU {self.label} is on {_where(data)} " f"({data.sharding}), but the function expects "
+                f"JAX_GPU {self.label} is on {_where(data)} "
+                f"({data.sharding}), but the function expects "
                 f"it on {self.placement_description} ({self.sharding}). Move it on purpose with "
                 "jax.device_put(x, sharding) or pass host (numpy) data; gpubackend does not copy "
                 "between devices implicitly."
@@ -85,11 +94,14 @@ class DeviceResidentInput:
                 f"{data.dtype}. Cast it on the device with x.astype({str(self.dtype)!r})."
             )
         if data.ndim != self.ndim:
-            raise TypeError(f"JAX_GPU {self.label} expected {self.ndim} dimensions, got shape {data.shape}.")
+            raise TypeError(
+                f"JAX_GPU {self.label} expected {self.ndim} dimensions, got shape {data.shape}."
+            )
         for axis, length in self.static_dims:
             if data.shape[axis] != length:
                 raise TypeError(
-                    f"JAX_GPU {self.label} expected static shape " f"{self.static_shape}, got {data.shape}."
+                    f"JAX_GPU {self.label} expected static shape "
+                    f"{self.static_shape}, got {data.shape}."
                 )
         return data
 
@@ -98,7 +110,12 @@ class DeviceResidentInput:
         if device_type == _DLPACK_CPU:
             return self.filter(np.from_dlpack(data), strict, allow_downcast)
         device = self.single_device
-        if device_type == _DLPACK_CUDA and device is not None and device.platform == "gpu" and device_ordinal == device.local_hardware_id:
+        if (
+            device_type == _DLPACK_CUDA
+            and device is not None
+            and device.platform == "gpu"
+            and device_ordinal == device.local_hardware_id
+        ):
             return self._checked_resident(jax.dlpack.from_dlpack(data))
         raise InputDeviceError(
             f"JAX_GPU {self.label} is a {type(data).__name__} on DLPack device "

@@ -39,7 +39,8 @@ def check_device_spec(device: object, argument: str = "device") -> None:
 
     if not isinstance(device, jax.Device):
         raise TypeError(
-            f"{argument}={device!r}: expected 'gpu', 'gpu:N', " "'cpu', 'cpu:N', a jax.Device or None, "
+            f"{argument}={device!r}: expected 'gpu', 'gpu:N', "
+            "'cpu', 'cpu:N', a jax.Device or None, "
             f"got a {type(device).__name__}."
         )
 
@@ -107,7 +108,8 @@ def _not_found_message(spec: str, platform: str) -> str:
         f"gpubackend: the requested device {spec!r} does not exist. "
         f"JAX sees: {seen}. "
         + (
-            "For NVIDIA GPUs install the CUDA extra: pip install " "'gpubackend[cuda13]' (or 'gpubackend[cuda12]' for CUDA 12 drivers). "
+            "For NVIDIA GPUs install the CUDA extra: pip install "
+            "'gpubackend[cuda13]' (or 'gpubackend[cuda12]' for CUDA 12 drivers). "
             if platform == "gpu"
             else ""
         )

@@ -22,6 +22,7 @@ def conformance_extra_message(what: str, missing: list[str]) -> str:
     """One line: ``what`` needs the extra, which packages are missing, and the command that installs
     them."""
     return (
-        f"{what}: needs the conformance extra, which is " f"not installed (missing: {', '.join(missing)}). "
+        f"{what}: needs the conformance extra, which is "
+        f"not installed (missing: {', '.join(missing)}). "
         "Install it with: pip install 'gpubackend[conformance]'"
     )

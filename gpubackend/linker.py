@@ -103,12 +103,15 @@ class JAXGPULinker(DispatchingJAXLinker):
         if self.devices_spec is None:
             self.placement = Placement.on_device(resolve_device(self.device_spec), len(inputs))
         else:
-            self.placement = Placement.on_mesh(resolve_devices(self.devices_spec), self.shard, inputs)
+            self.placement = Placement.on_mesh(
+                resolve_devices(self.devices_spec), self.shard, inputs
+            )
         fn, input_containers, output_containers, thunks, nodes = super().make_all(
             input_storage, output_storage, storage_map
         )
         input_containers = [
-            self._input_container(position, container) for position, container in enumerate(input_containers)
+            self._input_container(position, container)
+            for position, container in enumerate(input_containers)
         ]
         return fn, input_containers, output_containers, thunks, nodes
 
@@ -155,7 +158,9 @@ class JAXGPULinker(DispatchingJAXLinker):
             )
             if self._is_shared_array(variable)
             else cell
-            for position, (variable, cell) in enumerate(zip(self.fgraph.inputs, thunk_inputs, strict=True))
+            for position, (variable, cell) in enumerate(
+                zip(self.fgraph.inputs, thunk_inputs, strict=True)
+            )
         ]
 
     @staticmethod

@@ -64,7 +64,12 @@ def demo_graph():
     """A scan-driven update of a shared state: inner graphs, shared data and donation at once."""
     x = pt.vector("x")
     state = pytensor.shared(np.linspace(0.0, 1.0, 8), name="state")
-    steps = pytensor.scan(lambda prev, inp: 0.5 * prev + pt.tanh(inp), sequences=[x[:, None] * pt.ones(8)], outputs_info=[state], return_updates=False)
+    steps = pytensor.scan(
+        lambda prev, inp: 0.5 * prev + pt.tanh(inp),
+        sequences=[x[:, None] * pt.ones(8)],
+        outputs_info=[state],
+        return_updates=False,
+    )
     total = steps[-1].sum()
     return [x], total, {state: steps[-1]}, state
 
@@ -95,11 +100,14 @@ def run_demo(backend: str, mode: Mode, device: jax.Device | None) -> DemoRun:
         resident_call = "host backend"
     elapsed = time.perf_counter() - start
     graph = compiled_graph(fn)
-    inner_graph_ops = sorted({type(n.op).__name__ for n in graph.apply_nodes if hasattr(n.op, "fgraph")})
+    inner_graph_ops = sorted(
+        {type(n.op).__name__ for n in graph.apply_nodes if hasattr(n.op, "fgraph")}
+    )
     return DemoRun(
         backend=backend,
         device=describe_device(device) if device is not None else "cpu (host, real)",
-        compiled=f"{len(graph.apply_nodes)} nodes, inner " f"graphs: {', '.join(inner_graph_ops) or 'none'}",
+        compiled=f"{len(graph.apply_nodes)} nodes, inner "
+        f"graphs: {', '.join(inner_graph_ops) or 'none'}",
         result=float(np.asarray(out)),
         output_location=_where(out),
         shared_location=_where(state.get_value(borrow=True)),
@@ -114,12 +122,27 @@ def usable_targets() -> list[tuple[str, jax.Device | None]]:
 
 def print_runs(console: Console, runs: list[DemoRun]) -> None:
     table = Table(title="Demo graph: scan over a shared state, with an update")
-    for column in ("backend", "device", "compiled", "result", "output lives on", "shared state lives on", "resident call", "s"):
+    for column in (
+        "backend",
+        "device",
+        "compiled",
+        "result",
+        "output lives on",
+        "shared state lives on",
+        "resident call",
+        "s",
+    ):
         table.add_column(column, overflow="fold")
     for run in runs:
         table.add_row(
-            run.backend, run.device, run.compiled, f"{run.result:.6f}", run.output_location,
-            run.shared_location, run.resident_call, f"{run.seconds:.2f}",
+            run.backend,
+            run.device,
+            run.compiled,
+            f"{run.result:.6f}",
+            run.output_location,
+            run.shared_location,
+            run.resident_call,
+            f"{run.seconds:.2f}",
         )
     console.print(table)
 
@@ -128,7 +151,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpubackend run", description=__doc__)
     parser.add_argument("--out", default="reports", help="directory for the conformance reports")
     parser.add_argument("--skip-conformance", action="store_true")
-    parser.add_argument("--full", action="store_true", help="the whole conformance catalogue, not the quick subset")
+    parser.add_argument(
+        "--full", action="store_true", help="the whole conformance catalogue, not the quick subset"
+    )
     args = parser.parse_args(argv)
     console = Console(width=max(Console().width, 150))
 
@@ -137,7 +162,12 @@ def main(argv: list[str]) -> int:
     for device in visible_devices():
         console.print(f"  JAX device {describe_device(device)}")
     if not any(d.platform == "gpu" for d in visible_devices()):
-        console.print(escape("  No GPU is visible: JAX runs on host devices only (install " "gpubackend[cuda13], or [cuda12], on a CUDA machine)."))
+        console.print(
+            escape(
+                "  No GPU is visible: JAX runs on host devices only (install "
+                "gpubackend[cuda13], or [cuda12], on a CUDA machine)."
+            )
+        )
 
     runs = []
     for backend, device in usable_targets():
@@ -156,11 +186,17 @@ def main(argv: list[str]) -> int:
     devices = ["cpu", *(f"{d.platform}:{d.id}" for d in visible_devices())]
     cases = list(CATALOGUE.values()) if args.full else [CATALOGUE[name] for name in QUICK_CASES]
     status = run_and_report(
-        backends=["numba", "jax"], devices=devices, out_dir=Path(args.out), label="main job", console=console, cases=cases
+        backends=["numba", "jax"],
+        devices=devices,
+        out_dir=Path(args.out),
+        label="main job",
+        console=console,
+        cases=cases,
     )
     if not args.full:
         console.print(
-            f"Conformance ran the quick subset: {len(cases)} " f"of the catalogue's {len(CATALOGUE)} cases, "
+            f"Conformance ran the quick subset: {len(cases)} "
+            f"of the catalogue's {len(CATALOGUE)} cases, "
             "every family represented. For all of them: python -m gpubackend run --full. "
             "With generated graphs too: python -m gpubackend conformance --backend numba jax "
             f"--device {' '.join(devices)} --generated 20 --out {args.out}/full",

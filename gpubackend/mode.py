@@ -49,7 +49,10 @@ def jax_gpu_mode(
 
 def stock_jax_mode() -> Mode:
     """PyTensor's own JAX mode: none of gpubackend's lowerings or rewrites, whatever the default."""
-    return Mode(linker=DispatchingJAXLinker("stock"), optimizer=JAX.provided_optimizer.excluding(REWRITE_TAG))
+    return Mode(
+        linker=DispatchingJAXLinker("stock"),
+        optimizer=JAX.provided_optimizer.excluding(REWRITE_TAG),
+    )
 
 
 def register() -> None:

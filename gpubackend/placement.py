@@ -32,7 +32,9 @@ def resolve_devices(devices: DevicesSpec) -> list[jax.Device]:
             resolve_device(devices)  # raises DeviceNotFoundError with the full message
         return found
     if isinstance(devices, str):
-        raise ValueError(f"devices={devices!r}: expected 'gpu', 'cpu' or a list of device names or jax.Devices.")
+        raise ValueError(
+            f"devices={devices!r}: expected 'gpu', 'cpu' or a list of device names or jax.Devices."
+        )
     resolved = [resolve_device(device) for device in devices]
     if len(set(resolved)) != len(resolved):
         raise ValueError(f"devices={list(devices)!r} names the same device twice.")
@@ -53,10 +55,14 @@ class Placement:
     @classmethod
     def on_device(cls, device: jax.Device, n_inputs: int) -> Placement:
         sharding = SingleDeviceSharding(device)
-        return cls((sharding,) * n_inputs, (None,) * n_inputs, sharding, str(device), device.platform)
+        return cls(
+            (sharding,) * n_inputs, (None,) * n_inputs, sharding, str(device), device.platform
+        )
 
     @classmethod
-    def on_mesh(cls, devices: Sequence[jax.Device], shard: ShardSpec, inputs: Sequence[Variable]) -> Placement:
+    def on_mesh(
+        cls, devices: Sequence[jax.Device], shard: ShardSpec, inputs: Sequence[Variable]
+    ) -> Placement:
         axis_by_input = _split_axis_by_input(shard, inputs)
         mesh = Mesh(np.asarray(devices), (MESH_AXIS,))
 
@@ -68,26 +74,50 @@ class Placement:
         for position, axis in axis_by_input.items():
             static_shape = inputs[position].type.shape
             if static_shape[axis] is not None:
-                check_divisible(static_shape, axis, sharding(axis), f"{input_label(inputs[position].name, position)} (static shape)")
+                check_divisible(
+                    static_shape,
+                    axis,
+                    sharding(axis),
+                    f"{input_label(inputs[position].name, position)} (static shape)",
+                )
         description = f"a mesh of {len(devices)} devices ({', '.join(str(d) for d in devices)})"
         # Outputs keep whatever sharding XLA propagates to them.
-        return cls(tuple(sharding(axis) for axis in split_axes), split_axes, None, description, devices[0].platform)
+        return cls(
+            tuple(sharding(axis) for axis in split_axes),
+            split_axes,
+            None,
+            description,
+            devices[0].platform,
+        )
 
 
 def _split_axis_by_input(shard: ShardSpec, inputs: Sequence[Variable]) -> dict[int, int]:
     names = [variable.name for variable in inputs]
     axis_by_input = {}
     for key, axis in shard.items():
-        positions = [i for i, variable in enumerate(inputs) if variable is key or (isinstance(key, str) and variable.name == key)]
+        positions = [
+            i
+            for i, variable in enumerate(inputs)
+            if variable is key or (isinstance(key, str) and variable.name == key)
+        ]
         if not positions:
             known = ", ".join(repr(name) for name in names if name) or "no named inputs"
-            raise ValueError(f"shard names input {key!r}, but the function " f"has no such input (its inputs: {known}).")
+            raise ValueError(
+                f"shard names input {key!r}, but the function "
+                f"has no such input (its inputs: {known})."
+            )
         if len(positions) > 1:
-            raise ValueError(f"shard names input {key!r}, which matches " "several inputs; pass the variable instead.")
+            raise ValueError(
+                f"shard names input {key!r}, which matches "
+                "several inputs; pass the variable instead."
+            )
         [position] = positions
         ndim = getattr(inputs[position].type, "ndim", 0)
         if not isinstance(axis, int) or not 0 <= axis < ndim:
-            raise ValueError(f"shard[{key!r}] = {axis!r}: the input has {ndim} " f"dimensions, so the axis must be in 0..{ndim - 1}.")
+            raise ValueError(
+                f"shard[{key!r}] = {axis!r}: the input has {ndim} "
+                f"dimensions, so the axis must be in 0..{ndim - 1}."
+            )
         axis_by_input[position] = axis
     return axis_by_input
 
@@ -96,7 +126,9 @@ def input_label(name: str | None, position: int) -> str:
     return f"input {name!r} (position {position})" if name else f"input at position {position}"
 
 
-def check_divisible(shape: tuple[int, ...], axis: int | None, sharding: Sharding, label: str) -> None:
+def check_divisible(
+    shape: tuple[int, ...], axis: int | None, sharding: Sharding, label: str
+) -> None:
     if axis is None:
         return
     n_devices = len(sharding.device_set)

@@ -42,12 +42,18 @@ def reference(inputs, outputs, values):
     return pytensor.function(inputs, outputs, mode=REFERENCE_MODE)(*values)
 
 
-def assert_matches_reference(inputs, outputs, values, mode: str, rtol: float = 1e-6, atol: float = 0.0):
+def assert_matches_reference(
+    inputs, outputs, values, mode: str, rtol: float = 1e-6, atol: float = 0.0
+):
     """The ``mode`` result of the graph equals the FAST_COMPILE (Python) one."""
     expected = reference(inputs, outputs, values)
     actual = compile_checked(inputs, outputs, values, mode)
     for position, (want, got) in enumerate(zip(expected, actual, strict=True)):
         np.testing.assert_allclose(
-            np.asarray(got), np.asarray(want), rtol=rtol, atol=atol, err_msg=f"output {position} under {mode}"
+            np.asarray(got),
+            np.asarray(want),
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"output {position} under {mode}",
         )
     return actual

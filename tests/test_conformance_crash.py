@@ -45,7 +45,10 @@ def test_crashing_cases_are_reported_as_crash_and_the_rest_still_run(tmp_path):
     report = run_cases(CASES, ["jax"], [JAX_DEVICE], label="crash test", progress=False)
 
     assert [(r.case, r.status) for r in report.results] == [
-        ("ofg_basic", PASS), ("aborts", CRASH), ("segfaults", CRASH), ("composite_explicit", PASS),
+        ("ofg_basic", PASS),
+        ("aborts", CRASH),
+        ("segfaults", CRASH),
+        ("composite_explicit", PASS),
     ]
     aborted, segfaulted = report.results[1], report.results[2]
     assert "SIGABRT" in aborted.detail and ABORT_MARKER in aborted.log_tail
@@ -63,7 +66,10 @@ def test_crashing_cases_are_reported_as_crash_and_the_rest_still_run(tmp_path):
         assert ABORT_MARKER in text and SEGFAULT_MARKER in text, kind
     suite = ET.parse(paths["xml"]).getroot().find("testsuite")
     assert suite.get("errors") == "2"
-    assert ABORT_MARKER in suite.find("testcase[@name='aborts[crash test jax @ %s]']/error" % JAX_DEVICE).text
+    assert (
+        ABORT_MARKER
+        in suite.find("testcase[@name='aborts[crash test jax @ %s]']/error" % JAX_DEVICE).text
+    )
 
     console = Console(file=io.StringIO(), width=200)
     print_summary(report, paths, console)

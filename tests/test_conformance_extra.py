@@ -27,8 +27,12 @@ INSTALL_HINT = "pip install 'gpubackend[conformance]'"
 @pytest.fixture(scope="module")
 def requirements() -> dict[str, set[Requirement]]:
     """This checkout's ``Requires-Dist`` entries, as setuptools writes them into a wheel, per extra ("" for none)."""
-    if importlib.util.find_spec("setuptools") is None:  # the test extra installs it; a provisioned Python may lack it
-        pytest.skip("setuptools (the build backend) is not installed, so this checkout's metadata cannot be built")
+    if (
+        importlib.util.find_spec("setuptools") is None
+    ):  # the test extra installs it; a provisioned Python may lack it
+        pytest.skip(
+            "setuptools (the build backend) is not installed, so this checkout's metadata cannot be built"
+        )
     script = """
 import importlib.metadata, json, pathlib, tempfile
 from setuptools import build_meta
@@ -36,12 +40,16 @@ out = tempfile.mkdtemp()
 dist = importlib.metadata.PathDistribution(pathlib.Path(out) / build_meta.prepare_metadata_for_build_wheel(out))
 print(json.dumps({"extras": dist.metadata.get_all("Provides-Extra"), "requires": dist.requires}))
 """
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     metadata = json.loads(result.stdout.splitlines()[-1])
     parsed = [Requirement(line) for line in metadata["requires"]]
     return {
-        extra: {req for req in parsed if req.marker is None or req.marker.evaluate({"extra": extra})}
+        extra: {
+            req for req in parsed if req.marker is None or req.marker.evaluate({"extra": extra})
+        }
         for extra in ("", *metadata["extras"])
     }
 
@@ -57,11 +65,17 @@ def test_core_requirements_hold_neither_rich_nor_hypothesis(requirements):
 
 
 def test_conformance_extra_holds_what_the_commands_check_for(requirements):
-    assert names(requirements["conformance"] - requirements[""]) == set(CONFORMANCE_EXTRA) == {"rich", "hypothesis"}
+    assert (
+        names(requirements["conformance"] - requirements[""])
+        == set(CONFORMANCE_EXTRA)
+        == {"rich", "hypothesis"}
+    )
 
 
 def test_test_extra_installs_the_conformance_extra(requirements):
-    assert any(req.name == "gpubackend" and req.extras == {"conformance"} for req in requirements["test"])
+    assert any(
+        req.name == "gpubackend" and req.extras == {"conformance"} for req in requirements["test"]
+    )
 
 
 HIDE_EXTRA = f"""
@@ -85,8 +99,15 @@ runpy.run_module("gpubackend", run_name="__main__", alter_sys=True)
 )
 def test_commands_without_the_extra_print_how_to_install_it_and_exit_2(arguments, tmp_path):
     result = subprocess.run(
-        [sys.executable, "-c", HIDE_EXTRA, *arguments], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))},
+        [sys.executable, "-c", HIDE_EXTRA, *arguments],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        },
     )
     assert result.returncode == EXTRA_MISSING_STATUS == 2, result.stderr[-3000:]
     assert INSTALL_HINT in result.stderr and "rich, hypothesis" in result.stderr
@@ -107,7 +128,9 @@ results = [float(np.asarray(pytensor.function([x], total, mode=mode)(np.arange(4
 loaded["compile and run"] = [m for m in {CONFORMANCE_EXTRA!r} if m in sys.modules]
 print(json.dumps({{"loaded": loaded, "results": results, "jax": "jax" in sys.modules, "numba": "numba" in sys.modules}}))
 """
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads(result.stdout.splitlines()[-1])
     assert seen["jax"] and seen["numba"], "both backends must have run"
@@ -125,7 +148,9 @@ try:
 except ImportError as error:
     print(error)
 """
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "gpubackend.conformance: needs the conformance extra" in result.stdout
     assert INSTALL_HINT in result.stdout and "rich, hypothesis" in result.stdout

@@ -28,7 +28,10 @@ def _check(spec: ScanSpec | OFGSpec, backend: str) -> None:
 @pytest.mark.parametrize("backend", sorted(BACKEND_DEVICES))
 def test_generated_graphs_conform(backend: str) -> None:
     @settings(
-        max_examples=EXAMPLES[backend], deadline=None, database=None, derandomize=True,
+        max_examples=EXAMPLES[backend],
+        deadline=None,
+        database=None,
+        derandomize=True,
         suppress_health_check=[HealthCheck.too_slow],
     )
     @given(graph_specs())

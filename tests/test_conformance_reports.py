@@ -13,7 +13,16 @@ from rich.console import Console
 
 from gpubackend.conformance.cli import main
 from gpubackend.conformance.reports import load_report, merge_reports, write_reports
-from gpubackend.conformance.results import CRASH, FAIL, OBJECT_MODE, PASS, UNSUPPORTED, CaseResult, CheckResult, Report
+from gpubackend.conformance.results import (
+    CRASH,
+    FAIL,
+    OBJECT_MODE,
+    PASS,
+    UNSUPPORTED,
+    CaseResult,
+    CheckResult,
+    Report,
+)
 from gpubackend.conformance.runner import run_and_report
 from gpubackend.devices import DEVICE_ENV_VAR
 
@@ -21,18 +30,36 @@ JAX_DEVICE = os.environ.get(DEVICE_ENV_VAR, "cpu:1")
 
 
 def _result(case: str, status: str, runner: str = "leg", detail: str = "") -> CaseResult:
-    checks = [CheckResult("numerics", True, "ok"), CheckResult("rewrite_free", status != FAIL, "link: 1 rewriter runs")]
-    return CaseResult(case, "scan", "jax", "cpu:1", status, checks, detail=detail, runner=runner, batch_axes=(1, None))
+    checks = [
+        CheckResult("numerics", True, "ok"),
+        CheckResult("rewrite_free", status != FAIL, "link: 1 rewriter runs"),
+    ]
+    return CaseResult(
+        case,
+        "scan",
+        "jax",
+        "cpu:1",
+        status,
+        checks,
+        detail=detail,
+        runner=runner,
+        batch_axes=(1, None),
+    )
 
 
 @pytest.fixture
 def report() -> Report:
     return Report(
-        {"label": "leg", "devices": {"cpu:1": {"device": "cpu:1 (cpu, simulated)", "kind": "simulated"}}},
+        {
+            "label": "leg",
+            "devices": {"cpu:1": {"device": "cpu:1 (cpu, simulated)", "kind": "simulated"}},
+        },
         [
             _result("a_case", PASS),
             _result("b_case", FAIL),
-            _result("c_case", UNSUPPORTED, detail="compile: NotImplementedError: No JAX conversion <Op>"),
+            _result(
+                "c_case", UNSUPPORTED, detail="compile: NotImplementedError: No JAX conversion <Op>"
+            ),
             _result("d_case", OBJECT_MODE, detail="Numba will use object mode"),
         ],
     )
@@ -53,7 +80,12 @@ def test_junit_has_one_testcase_per_result_with_failures_and_skips(report, tmp_p
     cases = root.findall("./testsuite/testcase")
     assert len(cases) == len(report.results)
     outcome = {case.get("name").split("[")[0]: [child.tag for child in case] for case in cases}
-    assert outcome == {"a_case": [], "b_case": ["failure"], "c_case": ["skipped"], "d_case": ["skipped"]}
+    assert outcome == {
+        "a_case": [],
+        "b_case": ["failure"],
+        "c_case": ["skipped"],
+        "d_case": ["skipped"],
+    }
     failure = root.find("./testsuite/testcase/failure")
     assert "rewrite_free" in failure.get("message")
 
@@ -70,8 +102,12 @@ def test_html_and_markdown_show_the_matrix_and_failing_details(report, tmp_path)
 
 def test_markdown_gives_host_reads_per_call_of_measured_cases(report, tmp_path):
     measured = [CheckResult("resident", True, "1 explicit host reads per call", host_reads=1)]
-    report.results.append(CaseResult("e_case", "scan", "jax", "cpu:1", PASS, measured, runner="leg"))
-    report.results[0].checks.append(CheckResult("resident", True, "0 explicit host reads per call", host_reads=0))
+    report.results.append(
+        CaseResult("e_case", "scan", "jax", "cpu:1", PASS, measured, runner="leg")
+    )
+    report.results[0].checks.append(
+        CheckResult("resident", True, "0 explicit host reads per call", host_reads=0)
+    )
     markdown = write_reports(report, tmp_path)["md"].read_text()
     assert "## Host reads per call" in markdown
     assert "- leg jax @ cpu:1: 0 in 1 cases; 1 in e_case" in markdown
@@ -88,21 +124,28 @@ def test_merge_labels_columns_by_runner(report, tmp_path):
 def test_merge_keeps_unlabelled_runners_apart():
     first = Report({}, [_result("a_case", PASS, runner="")])
     second = Report({}, [_result("a_case", FAIL, runner="")])
-    assert merge_reports([first, second]).columns() == ["runner1 jax @ cpu:1", "runner2 jax @ cpu:1"]
+    assert merge_reports([first, second]).columns() == [
+        "runner1 jax @ cpu:1",
+        "runner2 jax @ cpu:1",
+    ]
 
 
 def test_cli_runs_writes_every_report_and_merges(tmp_path, capsys):
     leg = tmp_path / "leg"
     argv = ["--backend", "jax", "--device", JAX_DEVICE, "--cases", "ofg_basic", "--out", str(leg)]
     assert main([*argv, "--label", "cpu-leg", "--no-progress"]) == 0
-    assert {p.name for p in leg.iterdir()} == {f"conformance.{ext}" for ext in ("json", "xml", "md", "html")}
+    assert {p.name for p in leg.iterdir()} == {
+        f"conformance.{ext}" for ext in ("json", "xml", "md", "html")
+    }
     data = json.loads((leg / "conformance.json").read_text())
     assert data["environment"]["label"] == "cpu-leg"
     assert data["environment"]["devices"][JAX_DEVICE]["kind"] in {"real", "simulated"}
     assert [(r["case"], r["status"]) for r in data["results"]] == [("ofg_basic", PASS)]
 
     failing = tmp_path / "failing.json"
-    failing.write_text(json.dumps(Report({"label": "bad"}, [_result("x", FAIL, runner="bad")]).to_json()))
+    failing.write_text(
+        json.dumps(Report({"label": "bad"}, [_result("x", FAIL, runner="bad")]).to_json())
+    )
     merged = tmp_path / "merged"
     assert main(["merge", str(leg / "conformance.json"), str(failing), "--out", str(merged)]) == 1
     columns = load_report(merged / "conformance.json").columns()
@@ -113,7 +156,12 @@ def test_cli_runs_writes_every_report_and_merges(tmp_path, capsys):
 def test_run_and_report_is_the_main_jobs_entry(tmp_path):
     console = Console(file=io.StringIO(), width=200)
     status = run_and_report(
-        backends=["jax"], devices=[JAX_DEVICE], out_dir=tmp_path, label="main job", console=console, cases="ofg_basic",
+        backends=["jax"],
+        devices=[JAX_DEVICE],
+        out_dir=tmp_path,
+        label="main job",
+        console=console,
+        cases="ofg_basic",
         progress=False,
     )
     assert status == 0
@@ -122,6 +170,9 @@ def test_run_and_report_is_the_main_jobs_entry(tmp_path):
 
 
 def test_cli_names_a_missing_device_instead_of_failing_every_case(tmp_path, capsys):
-    assert main(["--backend", "jax", "--device", "cpu:7", "--out", str(tmp_path), "--no-progress"]) == 2
+    assert (
+        main(["--backend", "jax", "--device", "cpu:7", "--out", str(tmp_path), "--no-progress"])
+        == 2
+    )
     assert "cpu:7" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())

@@ -6,11 +6,11 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import get_mode
+from pytensor.link.jax.linker import JAXLinker
 
 import gpubackend
 from gpubackend import DeviceNotFoundError, InputDeviceError, jax_gpu_mode
 from gpubackend.linker import JAXGPULinker
-from pytensor.link.jax.linker import JAXLinker
 
 
 @pytest.fixture
@@ -25,7 +25,9 @@ def resident(value, device, dtype="float64"):
 HAS_GPU = bool(gpubackend.devices.platform_devices("gpu"))
 
 
-@pytest.mark.skipif(HAS_GPU, reason="on a GPU runner the target is the GPU, which is JAX's default device")
+@pytest.mark.skipif(
+    HAS_GPU, reason="on a GPU runner the target is the GPU, which is JAX's default device"
+)
 def test_target_is_not_the_default_device(target_device):
     # The whole suite relies on this to expose data that drifts to device 0.
     assert target_device != jax.devices()[0]
@@ -189,7 +191,9 @@ def test_malformed_device_string_is_a_value_error():
 
 @pytest.mark.parametrize("device", [123, 1.5, ["cpu"]])
 def test_device_of_the_wrong_type_is_a_type_error_naming_the_argument(device):
-    with pytest.raises(TypeError, match=r"device=.*expected 'gpu', 'gpu:N', 'cpu', 'cpu:N', a jax.Device or None"):
+    with pytest.raises(
+        TypeError, match=r"device=.*expected 'gpu', 'gpu:N', 'cpu', 'cpu:N', a jax.Device or None"
+    ):
         jax_gpu_mode(device)
     with pytest.raises(TypeError, match="device="):
         gpubackend.resolve_device(device)
@@ -198,7 +202,9 @@ def test_device_of_the_wrong_type_is_a_type_error_naming_the_argument(device):
 @pytest.mark.parametrize("empty", ["", "  "])
 def test_empty_device_environment_variable_means_the_default(monkeypatch, empty):
     monkeypatch.setenv("GPUBACKEND_DEVICE", empty)
-    assert gpubackend.devices.requested_device_spec(None) == gpubackend.devices.DEFAULT_DEVICE == "gpu"
+    assert (
+        gpubackend.devices.requested_device_spec(None) == gpubackend.devices.DEFAULT_DEVICE == "gpu"
+    )
 
 
 def test_device_is_read_from_environment_at_compile_time(monkeypatch, other_device):

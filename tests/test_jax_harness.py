@@ -52,10 +52,15 @@ def _replace_op(op, outputs):
 
 @pytest.mark.parametrize(
     "mutate, message",
-    [(_replace_inner_graph, "inner graph 'fgraph' was replaced"), (_replace_op, "reachable inner-graph ops changed")],
+    [
+        (_replace_inner_graph, "inner graph 'fgraph' was replaced"),
+        (_replace_op, "reachable inner-graph ops changed"),
+    ],
     ids=["inner-graph-replaced", "op-replaced"],
 )
-def test_compile_checked_rejects_a_compile_that_changes_a_canonical_op(monkeypatch, mutate, message):
+def test_compile_checked_rejects_a_compile_that_changes_a_canonical_op(
+    monkeypatch, mutate, message
+):
     x = pt.vector("x")
     op = _doubling()
     outputs = [op(x)]

@@ -23,7 +23,9 @@ def jaxified(inputs, outputs):
 
 def test_logp_with_a_minimize_and_an_ofg_is_jitted_and_differentiated_by_jax():
     x, a = pt.vector("x"), pt.vector("a")
-    solution, _ = minimize(((x - a) ** 2).sum() + 0.1 * (x**4).sum(), x, optimizer_kwargs={"tol": 1e-10})
+    solution, _ = minimize(
+        ((x - a) ** 2).sum() + 0.1 * (x**4).sum(), x, optimizer_kwargs={"tol": 1e-10}
+    )
     square = pytensor.compile.builders.OpFromGraph([a], [a**2], inline=False)
     logp = -(square(solution) * a).sum()
     graph_fn = jaxified([x, a], [logp])
@@ -45,7 +47,9 @@ def test_logp_with_a_while_scan_is_differentiated_by_jax():
         new_x = x - (x**2 - a) / (2 * x)
         return new_x, until(pt.max(pt.abs(new_x - x)) < 1e-12)
 
-    roots = pytensor.scan(newton_step, outputs_info=[x0], non_sequences=[a], n_steps=50, return_updates=False)
+    roots = pytensor.scan(
+        newton_step, outputs_info=[x0], non_sequences=[a], n_steps=50, return_updates=False
+    )
     logp = -(roots[-1] ** 3).sum()
     graph_fn = jaxified([x0, a], [logp])
     logp_fn = jax.jit(lambda x0_value, a_value: graph_fn(x0_value, a_value)[0])
@@ -53,4 +57,6 @@ def test_logp_with_a_while_scan_is_differentiated_by_jax():
     reference = pytensor.function([x0, a], [logp, pytensor.grad(logp, a)], mode="FAST_COMPILE")
     want_logp, want_grad = reference(x0_value, a_value)
     np.testing.assert_allclose(logp_fn(x0_value, a_value), want_logp, rtol=1e-10)
-    np.testing.assert_allclose(jax.grad(logp_fn, argnums=1)(x0_value, a_value), want_grad, rtol=1e-8)
+    np.testing.assert_allclose(
+        jax.grad(logp_fn, argnums=1)(x0_value, a_value), want_grad, rtol=1e-8
+    )

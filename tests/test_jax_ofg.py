@@ -31,7 +31,9 @@ def test_ofg_with_many_call_sites_is_funcified_once(mode):
 
     with mock.patch.object(jax_ofg, "jax_funcify", counting_funcify):
         values = [np.linspace(-1, 1, 4), np.linspace(0, 1, 4)]
-        assert_matches_reference([start_x, start_y], [x, y, pytensor.grad((x * y).sum(), start_x)], values, mode)
+        assert_matches_reference(
+            [start_x, start_y], [x, y, pytensor.grad((x * y).sum(), start_x)], values, mode
+        )
     # The compiled graph calls the (baked) step op and its pullback op 30 times each.
     assert len(inner_lowerings) == len({id(fgraph) for fgraph in inner_lowerings}) == 2
 
@@ -45,7 +47,9 @@ def test_nested_ofgs_and_explicit_composite(mode):
     composite = Elemwise(ps.Composite([s, t], [ps.exp(s) * t + ps.sin(s)]))
     first, second = outer(x, y)
     outputs = [first, second, composite(x, y), pytensor.grad((first * second).sum(), [x, y])[0]]
-    assert_matches_reference([x, y], outputs, [np.array([0.1, 0.5, -0.3]), np.array([1.0, 2.0, -1.0])], mode)
+    assert_matches_reference(
+        [x, y], outputs, [np.array([0.1, 0.5, -0.3]), np.array([1.0, 2.0, -1.0])], mode
+    )
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)
@@ -53,8 +57,16 @@ def test_gradient_rederived_after_compiling_and_calling(mode):
     from pytensor.tensor.optimize import minimize
 
     x, a = pt.vector("x"), pt.vector("a")
-    solution, _ = minimize(((x - a) ** 2).sum() + 0.1 * (x**4).sum(), x, optimizer_kwargs={"tol": 1e-10})
-    xs = pytensor.scan(lambda h, a: pt.tanh(h + a), outputs_info=[a], non_sequences=[a], n_steps=4, return_updates=False)
+    solution, _ = minimize(
+        ((x - a) ** 2).sum() + 0.1 * (x**4).sum(), x, optimizer_kwargs={"tol": 1e-10}
+    )
+    xs = pytensor.scan(
+        lambda h, a: pt.tanh(h + a),
+        outputs_info=[a],
+        non_sequences=[a],
+        n_steps=4,
+        return_updates=False,
+    )
     op = OpFromGraph([x, a], [xs[-1] + solution], inline=False, name="mixed")
     values = [np.zeros(3), np.array([0.5, -1.0, 2.0])]
     assert_matches_reference([x, a], [op(x, a)], values, mode)

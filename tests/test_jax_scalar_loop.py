@@ -21,7 +21,11 @@ def test_for_and_while_scalar_loops_in_elemwise(mode):
     final, done = Elemwise(until_ten)(n_steps, x0)
     outputs = [Elemwise(affine)(n_steps, x0, r), final, done]
     for steps in (7, 2):
-        values = [np.asarray(steps), np.array([0.3, 1.0, 4.0, 20.0]), np.array([0.1, 0.2, 0.3, 0.4])]
+        values = [
+            np.asarray(steps),
+            np.array([0.3, 1.0, 4.0, 20.0]),
+            np.array([0.1, 0.2, 0.3, 0.4]),
+        ]
         assert_matches_reference([n_steps, x0, r], outputs, values, mode)
 
 

@@ -49,7 +49,10 @@ def test_while_scan_mit_sot_nit_sot_and_kept_window(mode):
         return [f_t, 2 * f_t], until(f_t.sum() > limit)
 
     fs, doubled = _scan(
-        fibonacci, outputs_info=[{"initial": f0, "taps": [-2, -1]}, None], non_sequences=[limit], n_steps=100
+        fibonacci,
+        outputs_info=[{"initial": f0, "taps": [-2, -1]}, None],
+        non_sequences=[limit],
+        n_steps=100,
     )
     outputs = [fs[-1], fs[-2], doubled[-1]]
     assert_matches_reference([f0, limit], outputs, [np.array([1.0, 1.0]), np.asarray(100.0)], mode)
@@ -64,7 +67,10 @@ def test_while_scan_over_a_sequence_with_an_untraced_count(mode):
         return [new_total, count + 1], until(new_total > limit)
 
     totals, counts = _scan(
-        accumulate, sequences=[xs], outputs_info=[pt.zeros(()), pt.zeros((), dtype="int64")], non_sequences=[limit]
+        accumulate,
+        sequences=[xs],
+        outputs_info=[pt.zeros(()), pt.zeros((), dtype="int64")],
+        non_sequences=[limit],
     )
     values = [np.linspace(0.5, 3.0, 12), np.asarray(6.0)]
     assert_matches_reference([xs, limit], [totals[-1], counts[-1]], values, mode)
@@ -80,7 +86,9 @@ def test_nested_while_scans_and_while_scan_inside_ofg(mode):
 
     nested = _scan(grow_until_ten, sequences=[a])
     x0, target = pt.vector("x0"), pt.vector("target")
-    sqrt_op = OpFromGraph([x0, target], [_newton_sqrt(x0, target)[-1]], inline=False, name="newton_sqrt")
+    sqrt_op = OpFromGraph(
+        [x0, target], [_newton_sqrt(x0, target)[-1]], inline=False, name="newton_sqrt"
+    )
     outputs = [nested, sqrt_op(pt.ones_like(a), a * a)]
     assert_matches_reference([a], outputs, [np.array([0.5, 2.0, 9.0])], mode)
 
@@ -109,33 +117,51 @@ def test_full_trace_and_gradient_of_a_while_scan_under_jax_gpu():
 
 def test_full_trace_of_a_while_scan_is_refused_by_stock_jax_with_a_clear_error():
     x0, limit = pt.scalar("x0"), pt.scalar("limit")
-    with pytest.raises(DataDependentLengthError, match="data-dependent shape.*JAX_GPU.*trace\\[-1\\]"):
+    with pytest.raises(
+        DataDependentLengthError, match="data-dependent shape.*JAX_GPU.*trace\\[-1\\]"
+    ):
         pytensor.function([x0, limit], _doubling_until(x0, limit), mode="JAX")
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)
 def test_lengths_from_input_shapes_follow_each_new_shape(mode):
     x = pt.vector("x")
-    powers = _scan(lambda acc, x: acc * x, outputs_info=[pt.ones_like(x)], non_sequences=[x], n_steps=x.shape[0] // 2)
+    powers = _scan(
+        lambda acc, x: acc * x,
+        outputs_info=[pt.ones_like(x)],
+        non_sequences=[x],
+        n_steps=x.shape[0] // 2,
+    )
 
     def two_tap(x_tm2, x_tm1, x):
         return 0.5 * x_tm1 + x_tm2 + x[0]
 
-    taps = _scan(two_tap, outputs_info=[{"initial": x[:2], "taps": [-2, -1]}], non_sequences=[x], n_steps=x.shape[0])
+    taps = _scan(
+        two_tap,
+        outputs_info=[{"initial": x[:2], "taps": [-2, -1]}],
+        non_sequences=[x],
+        n_steps=x.shape[0],
+    )
     for size in (6, 9):
         values = [np.linspace(0.5, 1.5, size)]
-        assert_matches_reference([x], [powers, taps, pt.grad(taps.sum() + powers.sum(), x)], values, mode)
+        assert_matches_reference(
+            [x], [powers, taps, pt.grad(taps.sum() + powers.sum(), x)], values, mode
+        )
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)
 def test_gradient_of_a_scan_and_of_an_ofg_holding_a_scan(mode):
     xs, h0, w = pt.matrix("xs"), pt.vector("h0"), pt.scalar("w")
-    hs = _scan(lambda x_t, h, w: pt.tanh(h * w + x_t), sequences=[xs], outputs_info=[h0], non_sequences=[w])
+    hs = _scan(
+        lambda x_t, h, w: pt.tanh(h * w + x_t), sequences=[xs], outputs_info=[h0], non_sequences=[w]
+    )
     op = OpFromGraph([xs, h0, w], [hs[-1]], inline=False, name="rnn_last")
     loss = (hs**2).sum() + op(xs, h0, w).sum()
     grads = pytensor.grad(loss, [xs, h0, w])
     rng = np.random.default_rng(0)
-    assert_matches_reference([xs, h0, w], grads, [rng.normal(size=(5, 3)), rng.normal(size=3), np.asarray(0.7)], mode)
+    assert_matches_reference(
+        [xs, h0, w], grads, [rng.normal(size=(5, 3)), rng.normal(size=3), np.asarray(0.7)], mode
+    )
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)
@@ -144,13 +170,17 @@ def test_gradient_through_lazy_ifelse(mode):
     out = ifelse(flag > 0, pt.exp(x).cumsum(), pt.sin(x) * 2)
     outputs = [out, pytensor.grad(out.sum(), x)]
     for flag_value in (1.0, -1.0):
-        assert_matches_reference([flag, x], outputs, [np.asarray(flag_value), np.array([0.1, -0.4, 0.9])], mode)
+        assert_matches_reference(
+            [flag, x], outputs, [np.asarray(flag_value), np.array([0.1, -0.4, 0.9])], mode
+        )
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)
 def test_integer_input_used_as_a_length_specialises_the_compiled_function(mode):
     n, x, k = pt.lscalar("n"), pt.vector("x"), pt.lscalar("k")
-    powers = _scan(lambda acc, x: acc * x, outputs_info=[pt.ones_like(x)], non_sequences=[x], n_steps=n)
+    powers = _scan(
+        lambda acc, x: acc * x, outputs_info=[pt.ones_like(x)], non_sequences=[x], n_steps=n
+    )
     outputs = [powers, pt.zeros((n, 2)) + x.sum() * k, pt.arange(n) * 2.0]
     fn = pytensor.function([n, x, k], outputs, mode=mode)
     reference_fn = pytensor.function([n, x, k], outputs, mode="FAST_COMPILE")
@@ -181,7 +211,10 @@ np.testing.assert_allclose(np.asarray(got), want, rtol=1e-10)
 def test_second_order_scan_gradient_compiles_without_aborting_xla(mode):
     """XLA aborted the process on the full-window scatter + reverse of this graph: run it in a child process."""
     child = subprocess.run(
-        [sys.executable, "-c", SECOND_ORDER_SCAN_GRADIENT.format(mode=mode)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", SECOND_ORDER_SCAN_GRADIENT.format(mode=mode)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert child.returncode == 0, child.stderr[-2000:]
 
@@ -229,5 +262,7 @@ def test_a_boolean_mask_from_the_data_in_a_while_scan_is_refused_by_name(mode):
 
     xs = _scan(redraw_small, outputs_info=[x0], non_sequences=[limit], n_steps=20)
     fn = pytensor.function([x0, limit], xs[-1], mode=mode)
-    with pytest.raises(DataDependentLengthError, match="boolean mask known only at run time.*pt.where"):
+    with pytest.raises(
+        DataDependentLengthError, match="boolean mask known only at run time.*pt.where"
+    ):
         fn(np.linspace(0.5, 2.0, 4), 3.0)

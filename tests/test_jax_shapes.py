@@ -4,6 +4,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+
 # Not Assert: importing pymc.sampling.jax registers a pass-through JAX lowering for
 # Assert (and tests share a process with the PyMC tests); CheckAndRaise is PyTensor's own.
 from pytensor.raise_op import CheckAndRaise
@@ -15,7 +16,11 @@ from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference
 def test_arange_reshape_and_alloc_from_shape_arithmetic(mode):
     x = pt.vector("x")
     half = (x.shape[0] + 1) // 2
-    outputs = [pt.arange(half) * x[:half], x[: 2 * (x.shape[0] // 2)].reshape((x.shape[0] // 2, 2)), pt.zeros((half, 3)) + x.sum()]
+    outputs = [
+        pt.arange(half) * x[:half],
+        x[: 2 * (x.shape[0] // 2)].reshape((x.shape[0] // 2, 2)),
+        pt.zeros((half, 3)) + x.sum(),
+    ]
     for size in (4, 6):
         assert_matches_reference([x], outputs, [np.linspace(0.0, 1.0, size)], mode)
 

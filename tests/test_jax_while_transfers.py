@@ -35,7 +35,9 @@ def _doubling(n_steps: int = 50):
         doubled = x * 2
         return doubled, until(doubled > limit)
 
-    xs = pytensor.scan(double, outputs_info=[x0], non_sequences=[limit], n_steps=n_steps, return_updates=False)
+    xs = pytensor.scan(
+        double, outputs_info=[x0], non_sequences=[limit], n_steps=n_steps, return_updates=False
+    )
     return x0, limit, xs
 
 
@@ -90,7 +92,9 @@ def test_host_reads_per_call_of_while_scan_graphs(mode, name, target_device):
 
         stock = pytensor.function(list(inputs), graphs[name], mode="JAX")
         for limit in LIMITS:
-            np.testing.assert_allclose(np.asarray(stock(0.3, limit)), reference(0.3, limit), rtol=1e-12)
+            np.testing.assert_allclose(
+                np.asarray(stock(0.3, limit)), reference(0.3, limit), rtol=1e-12
+            )
     else:
         fn = pytensor.function(list(inputs), graphs[name], mode=mode)
     for limit in LIMITS:
@@ -143,7 +147,11 @@ def test_full_trace_runs_the_graph_once_per_call_whatever_the_count(target_devic
     assert not specialised_on_step_counts(fn)
     reads = []
     for limit_value in (10.0, 10.0, 1000.0, 1000.0, 10.0, 1e300):
-        reads.append(count_host_reads(fn, _resident([0.3, limit_value], target_device), target_device).explicit)
+        reads.append(
+            count_host_reads(
+                fn, _resident([0.3, limit_value], target_device), target_device
+            ).explicit
+        )
     # Each run reads once, so reads per call = runs per call.
     assert reads == [1] * 6
 
@@ -160,7 +168,10 @@ def _four_threads(call_for_thread, want, limits) -> None:
         for index in range(12):
             limit = limits[(thread + index) % len(limits)]
             got = np.asarray(call(0.3, limit))
-            matches.append(got.shape == np.shape(want[limit]) and bool(np.allclose(got, want[limit], rtol=1e-12)))
+            matches.append(
+                got.shape == np.shape(want[limit])
+                and bool(np.allclose(got, want[limit], rtol=1e-12))
+            )
         return matches
 
     with ThreadPoolExecutor(4) as pool:
@@ -181,7 +192,9 @@ def test_one_compiled_callable_called_from_four_threads_at_once(name, target_dev
         result = jitted(*_resident([x0, limit], target_device))
         return result[0] if isinstance(result, list | tuple) else result
 
-    _four_threads(lambda: call, _reference_values(inputs, graphs[name], THREAD_LIMITS), THREAD_LIMITS)
+    _four_threads(
+        lambda: call, _reference_values(inputs, graphs[name], THREAD_LIMITS), THREAD_LIMITS
+    )
 
 
 @pytest.mark.parametrize("name", ["full trace", "grad(xs.sum(), x0)"])
@@ -212,7 +225,9 @@ def test_pytensor_gradient_of_a_while_scan_runs_in_a_stock_jaxified_graph():
     want = _reference_values([x0, limit], outputs, LIMITS)
     for limit_value in LIMITS:
         got = graph_fn(0.3, limit_value)
-        np.testing.assert_allclose([np.asarray(value) for value in got], want[limit_value], rtol=1e-12)
+        np.testing.assert_allclose(
+            [np.asarray(value) for value in got], want[limit_value], rtol=1e-12
+        )
 
 
 def test_pmap_of_jax_grad_through_a_newton_while_scan():
@@ -223,7 +238,9 @@ def test_pmap_of_jax_grad_through_a_newton_while_scan():
         new_x = x - (x**2 - a) / (2 * x)
         return new_x, until(pt.abs(new_x - x) < 1e-12)
 
-    xs = pytensor.scan(newton, outputs_info=[pt.ones(())], non_sequences=[a], n_steps=50, return_updates=False)
+    xs = pytensor.scan(
+        newton, outputs_info=[pt.ones(())], non_sequences=[a], n_steps=50, return_updates=False
+    )
     logp = -((xs[-1] - 1.5) ** 2)
     graph_fn = jaxified([a], [logp])
     chains = jnp.asarray([2.0, 3.0])
@@ -241,7 +258,11 @@ def _fibonacci_until():
         return [f_t, 2 * f_t], until(f_t.sum() > limit)
 
     fs, doubled = pytensor.scan(
-        fibonacci, outputs_info=[{"initial": f0, "taps": [-2, -1]}, None], non_sequences=[limit], n_steps=30, return_updates=False
+        fibonacci,
+        outputs_info=[{"initial": f0, "taps": [-2, -1]}, None],
+        non_sequences=[limit],
+        n_steps=30,
+        return_updates=False,
     )
     graphs = {
         "fs.sum()": fs.sum(),
@@ -260,7 +281,13 @@ def _accumulate_until():
         new_total = total + x_t * v
         return new_total, until(new_total.sum() > 3.0)
 
-    totals = pytensor.scan(accumulate, sequences=[seq], outputs_info=[pt.zeros_like(v)], non_sequences=[v], return_updates=False)
+    totals = pytensor.scan(
+        accumulate,
+        sequences=[seq],
+        outputs_info=[pt.zeros_like(v)],
+        non_sequences=[v],
+        return_updates=False,
+    )
     graphs = {
         "totals.sum()": totals.sum(),
         "grad wrt the non-sequence": pytensor.grad((totals**2).sum(), v),
@@ -271,7 +298,9 @@ def _accumulate_until():
 
 
 @pytest.mark.parametrize("mode", ["JAX", "JAX_GPU"])
-@pytest.mark.parametrize("family", [_fibonacci_until, _accumulate_until], ids=["mit-sot+nit-sot", "over a sequence"])
+@pytest.mark.parametrize(
+    "family", [_fibonacci_until, _accumulate_until], ids=["mit-sot+nit-sot", "over a sequence"]
+)
 def test_bounded_traces_match_pytensor_through_their_consumers(family, mode):
     inputs, graphs, cases = family()
     for name, output in graphs.items():
@@ -279,7 +308,9 @@ def test_bounded_traces_match_pytensor_through_their_consumers(family, mode):
         reference = pytensor.function(inputs, output, mode="FAST_COMPILE")
         assert not specialised_on_step_counts(fn), f"{name}: expected no step specialisation"
         for values in cases:
-            np.testing.assert_allclose(np.asarray(fn(*values)), reference(*values), rtol=1e-12, err_msg=name)
+            np.testing.assert_allclose(
+                np.asarray(fn(*values)), reference(*values), rtol=1e-12, err_msg=name
+            )
 
 
 @pytest.mark.parametrize("mode", ["JAX", "JAX_GPU"])
@@ -294,11 +325,15 @@ def test_the_capacity_ladder_climbs_as_far_as_the_loop_needs(mode):
         new_x = x + 1
         return new_x, until(new_x > limit)
 
-    xs = pytensor.scan(count, outputs_info=[x0], non_sequences=[limit], n_steps=5000, return_updates=False)
+    xs = pytensor.scan(
+        count, outputs_info=[x0], non_sequences=[limit], n_steps=5000, return_updates=False
+    )
     outputs = [xs.sum(), xs[:-1].mean(), pytensor.grad((xs**2).sum(), x0)]
     fn = pytensor.function([x0, limit], outputs, mode=mode)
     reference = pytensor.function([x0, limit], outputs, mode="FAST_COMPILE")
     for steps in (3, 16, 17, 200, 256, 257, 3000, 4097, 4999, 5000):
         got, want = fn(0.0, steps - 0.5), reference(0.0, steps - 0.5)
         for value, expected in zip(got, want, strict=True):
-            np.testing.assert_allclose(np.asarray(value), expected, rtol=1e-12, err_msg=f"{steps} steps")
+            np.testing.assert_allclose(
+                np.asarray(value), expected, rtol=1e-12, err_msg=f"{steps} steps"
+            )

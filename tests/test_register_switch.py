@@ -148,7 +148,9 @@ SCOPED_SCRIPT = textwrap.dedent(
 
 def _run(script: str, register: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GPUBACKEND_REGISTER": register}
-    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.fixture(scope="module")

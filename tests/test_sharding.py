@@ -29,7 +29,12 @@ def batched_graphs():
     x = pt.matrix("x")
     w = pytensor.shared(np.linspace(0.5, 1.5, 3), name="w")
     scaled = OpFromGraph([x], [pt.exp(-(x**2))], inline=False)(x)
-    running = pytensor.scan(lambda row, acc: acc + row * w, sequences=[x], outputs_info=[pt.zeros(3)], return_updates=False)
+    running = pytensor.scan(
+        lambda row, acc: acc + row * w,
+        sequences=[x],
+        outputs_info=[pt.zeros(3)],
+        return_updates=False,
+    )
     return [x], [pt.tanh(x @ w), x.sum(axis=0), (x**2).mean(), scaled, running[-1]]
 
 
@@ -58,10 +63,15 @@ def test_shared_variables_are_placed_once_as_declared():
     x = pt.vector("x")
     table = pytensor.shared(np.arange(4.0), name="table")
     bias = pytensor.shared(np.float64(1.0), name="bias")
-    fn = pytensor.function([x], x * table + bias, mode=jax_gpu_mode(devices="cpu", shard={x: 0, "table": 0}))
+    fn = pytensor.function(
+        [x], x * table + bias, mode=jax_gpu_mode(devices="cpu", shard={x: 0, "table": 0})
+    )
     fn(np.ones(4))
     # The function's own device copies (its thunk's input cells): the containers keep the host values.
-    resident = {variable: cell[0] for variable, cell in zip(fn.maker.fgraph.inputs, fn.vm.inputs, strict=True)}
+    resident = {
+        variable: cell[0]
+        for variable, cell in zip(fn.maker.fgraph.inputs, fn.vm.inputs, strict=True)
+    }
     assert resident[table].sharding.spec == PartitionSpec("devices")
     assert resident[bias].sharding.is_fully_replicated
     resident_x = jax.device_put(np.ones(4), fn.input_storage[0].type.sharding)
@@ -82,7 +92,9 @@ def test_warm_resident_sharded_call_makes_no_transfer():
 def test_updates_donate_sharded_buffers():
     x = pt.vector("x")
     acc = pytensor.shared(np.zeros(4), name="acc")
-    fn = pytensor.function([x], [], updates={acc: acc + x}, mode=jax_gpu_mode(devices="cpu", shard={x: 0, acc: 0}))
+    fn = pytensor.function(
+        [x], [], updates={acc: acc + x}, mode=jax_gpu_mode(devices="cpu", shard={x: 0, acc: 0})
+    )
     fn(np.ones(4))
     previous = acc.get_value(borrow=True)
     fn(np.ones(4))
@@ -94,7 +106,9 @@ def test_updates_donate_sharded_buffers():
 def test_axis_that_devices_do_not_divide_is_rejected_by_name():
     x = pt.matrix("x")
     fn = pytensor.function([x], x * 2, mode=jax_gpu_mode(devices="cpu", shard={"x": 0}))
-    with pytest.raises(ValueError, match=r"input 'x' \(position 0\) is split along axis 0 over 2 devices.*length 3"):
+    with pytest.raises(
+        ValueError, match=r"input 'x' \(position 0\) is split along axis 0 over 2 devices.*length 3"
+    ):
         fn(np.ones((3, 2)))
 
 
@@ -149,7 +163,11 @@ def _single_process_reference():
 
 def test_mesh_sizes_one_two_four_agree():
     result = subprocess.run(
-        [sys.executable, "-m", "tests.multihost.mesh_sizes"], cwd=REPO, capture_output=True, text=True, timeout=180
+        [sys.executable, "-m", "tests.multihost.mesh_sizes"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     runs = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
@@ -173,7 +191,10 @@ def test_two_processes_over_loopback_agree_with_one():
     workers = [
         subprocess.Popen(
             [sys.executable, "-m", "tests.multihost.worker", str(rank), "2", str(port)],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for rank in range(2)
     ]
@@ -192,13 +213,23 @@ def test_two_processes_over_loopback_agree_with_one():
         assert seen["total"] == pytest.approx(float(total), rel=1e-12)
 
 
-BATCHED_CASES = [case for case in CATALOGUE.values() if case.batch_axes and any(axis is not None for axis in case.batch_axes)]
+BATCHED_CASES = [
+    case
+    for case in CATALOGUE.values()
+    if case.batch_axes and any(axis is not None for axis in case.batch_axes)
+]
 
 
 def _divisible_batch(values, batch_axes, n_devices):
     """Stack each batched input with itself until the device count divides its batch axis."""
-    lengths = {np.shape(value)[axis] for value, axis in zip(values, batch_axes, strict=True) if axis is not None}
-    copies = next(k for k in range(1, n_devices + 1) if all(k * length % n_devices == 0 for length in lengths))
+    lengths = {
+        np.shape(value)[axis]
+        for value, axis in zip(values, batch_axes, strict=True)
+        if axis is not None
+    }
+    copies = next(
+        k for k in range(1, n_devices + 1) if all(k * length % n_devices == 0 for length in lengths)
+    )
     return [
         value if axis is None else np.concatenate([value] * copies, axis=axis)
         for value, axis in zip(values, batch_axes, strict=True)
@@ -216,18 +247,31 @@ def test_catalogue_case_sharded_along_its_batch_axis_matches_one_device(case, ta
     graph = case.build()
     mesh_devices = gpubackend.devices.platform_devices(target_device.platform)
     values = _divisible_batch(graph.values, case.batch_axes, len(mesh_devices))
-    shard = {variable: axis for variable, axis in zip(graph.inputs, case.batch_axes, strict=True) if axis is not None}
-    single = pytensor.function(graph.inputs, graph.outputs, mode=jax_gpu_mode(target_device))(*values)
-    sharded_fn = pytensor.function(graph.inputs, graph.outputs, mode=jax_gpu_mode(devices=mesh_devices, shard=shard))
+    shard = {
+        variable: axis
+        for variable, axis in zip(graph.inputs, case.batch_axes, strict=True)
+        if axis is not None
+    }
+    single = pytensor.function(graph.inputs, graph.outputs, mode=jax_gpu_mode(target_device))(
+        *values
+    )
+    sharded_fn = pytensor.function(
+        graph.inputs, graph.outputs, mode=jax_gpu_mode(devices=mesh_devices, shard=shard)
+    )
     for position, axis in enumerate(case.batch_axes):
         if axis is not None:
             assert sharded_fn.input_storage[position].type.sharding.spec[axis] == "devices"
     sharded = sharded_fn(*values)
     for got, expected in zip(sharded, single, strict=True):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=graph.rtol, atol=graph.atol)
+        np.testing.assert_allclose(
+            np.asarray(got), np.asarray(expected), rtol=graph.rtol, atol=graph.atol
+        )
 
 
-@pytest.mark.skipif(bool(gpubackend.devices.platform_devices("gpu")), reason="this machine has a GPU, so a missing GPU cannot be observed")
+@pytest.mark.skipif(
+    bool(gpubackend.devices.platform_devices("gpu")),
+    reason="this machine has a GPU, so a missing GPU cannot be observed",
+)
 def test_mesh_of_all_gpus_without_a_gpu_is_rejected():
     x = pt.vector("x")
     with pytest.raises(DeviceNotFoundError, match="'gpu'.*gpubackend\\[cuda13\\]"):

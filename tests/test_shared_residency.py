@@ -77,7 +77,9 @@ def test_numba_reads_a_value_a_jax_update_left(updater):
     x = pt.vector("x")
     acc = pytensor.shared(np.zeros(3), name="acc")
     pytensor.function([x], [], updates={acc: acc + x}, mode=updater)(np.ones(3))
-    np.testing.assert_allclose(pytensor.function([], read_graph(acc), mode="NUMBA")(), [5.0, 5.0, 5.0])
+    np.testing.assert_allclose(
+        pytensor.function([], read_graph(acc), mode="NUMBA")(), [5.0, 5.0, 5.0]
+    )
 
 
 def test_numba_reads_an_update_brought_to_the_host_on_purpose_and_jax_gpu_goes_on_from_it():
@@ -85,7 +87,9 @@ def test_numba_reads_an_update_brought_to_the_host_on_purpose_and_jax_gpu_goes_o
     step(np.ones(3))
     step(np.ones(3))
     acc.set_value(np.asarray(acc.get_value()))
-    np.testing.assert_allclose(pytensor.function([], read_graph(acc), mode="NUMBA")(), [7.0, 7.0, 7.0])
+    np.testing.assert_allclose(
+        pytensor.function([], read_graph(acc), mode="NUMBA")(), [7.0, 7.0, 7.0]
+    )
     step(np.ones(3))
     np.testing.assert_allclose(np.asarray(acc.get_value()), [3.0, 3.0, 3.0])
 
@@ -105,7 +109,9 @@ def test_update_of_another_jax_gpu_function_on_the_device_is_read_without_a_tran
 def test_jax_gpu_functions_on_two_devices_update_one_shared_variable(target_device, other_device):
     counter = pytensor.shared(np.float64(0.0), name="counter")
     add_one = pytensor.function([], [], updates={counter: counter + 1}, mode="JAX_GPU")
-    add_ten = pytensor.function([], [], updates={counter: counter + 10}, mode=jax_gpu_mode(device=other_device))
+    add_ten = pytensor.function(
+        [], [], updates={counter: counter + 10}, mode=jax_gpu_mode(device=other_device)
+    )
     add_one()
     add_ten()
     add_one()

@@ -36,6 +36,7 @@ from pytensor.compile.mode import JAX, Mode
 from pytensor.conditional.op import ifelse
 from pytensor.graph.basic import Variable
 from pytensor.link.jax.linker import JAXLinker
+
 # Not Assert: importing pymc.sampling.jax registers a pass-through JAX lowering for
 # Assert (and tests share a process with the PyMC tests); CheckAndRaise is PyTensor's own.
 from pytensor.raise_op import CheckAndRaise
@@ -72,7 +73,9 @@ def _run(inputs, outputs, values, optimizer) -> Outcome:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            fn = pytensor.function(inputs, outputs, mode=Mode(JAXLinker(), optimizer), on_unused_input="ignore")
+            fn = pytensor.function(
+                inputs, outputs, mode=Mode(JAXLinker(), optimizer), on_unused_input="ignore"
+            )
             fn(*values)
             result = [np.asarray(value) for value in fn(*values)]
             error = None
@@ -82,7 +85,9 @@ def _run(inputs, outputs, values, optimizer) -> Outcome:
 
 
 def stock_outcome(inputs, outputs, values, rewrite: bool) -> Outcome:
-    optimizer = (REWRITES[True] if rewrite else Mode(JAXLinker(), None).provided_optimizer).excluding(REWRITE_TAG)
+    optimizer = (
+        REWRITES[True] if rewrite else Mode(JAXLinker(), None).provided_optimizer
+    ).excluding(REWRITE_TAG)
     with using_lowerings("stock"):
         return _run(inputs, outputs, values, optimizer)
 
@@ -91,16 +96,22 @@ def our_outcome(inputs, outputs, values, rewrite: bool) -> Outcome:
     return _run(inputs, outputs, values, REWRITES[rewrite])
 
 
-def _assert_same_values(ours: Sequence[np.ndarray], stock: Sequence[np.ndarray], outputs: Sequence[Variable]) -> None:
+def _assert_same_values(
+    ours: Sequence[np.ndarray], stock: Sequence[np.ndarray], outputs: Sequence[Variable]
+) -> None:
     assert len(ours) == len(stock)
     for position, (got, want, variable) in enumerate(zip(ours, stock, outputs, strict=True)):
         declared = variable.type.dtype
         # Deliberate difference: outputs have their graph type's dtype even where stock's lowering returns another.
         if want.dtype != declared:
             want = want.astype(declared)
-        assert got.dtype == want.dtype, f"output {position}: dtype {got.dtype}, stock {want.dtype}, graph {declared}"
+        assert got.dtype == want.dtype, (
+            f"output {position}: dtype {got.dtype}, stock {want.dtype}, graph {declared}"
+        )
         assert got.shape == want.shape, f"output {position}: shape {got.shape}, stock {want.shape}"
-        np.testing.assert_allclose(got, want, rtol=TOLERANCE, atol=TOLERANCE, err_msg=f"output {position}")
+        np.testing.assert_allclose(
+            got, want, rtol=TOLERANCE, atol=TOLERANCE, err_msg=f"output {position}"
+        )
 
 
 def _reference(inputs, outputs, values) -> list[np.ndarray]:
@@ -109,7 +120,12 @@ def _reference(inputs, outputs, values) -> list[np.ndarray]:
 
 
 def assert_superset(
-    inputs, outputs, values, rewrite: bool, violated_assertion: str | None = None, tolerance: tuple[float, float] = (1e-7, 1e-9)
+    inputs,
+    outputs,
+    values,
+    rewrite: bool,
+    violated_assertion: str | None = None,
+    tolerance: tuple[float, float] = (1e-7, 1e-9),
 ) -> str:
     """Compare stock and ours on one graph; return how they relate ("same", "added" where only ours succeeds, ...).
 
@@ -131,14 +147,22 @@ def assert_superset(
     if ours.error is not None:
         (our_type, our_message), (stock_type, stock_message) = ours.error, stock.error
         # The same refusal, or a more specific one (a subclass with its own message).
-        assert our_type is stock_type and our_message == stock_message or (
-            issubclass(our_type, stock_type) and our_type is not stock_type
+        assert (
+            (our_type is stock_type
+            and our_message == stock_message)
+            or (issubclass(our_type, stock_type) and our_type is not stock_type)
         ), context
         return "same" if our_type is stock_type else "refined"
     reference = _reference(inputs, outputs, values)
     for position, (got, want) in enumerate(zip(ours.values, reference, strict=True)):
         rtol, atol = tolerance
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"output {position} (stock fails: {stock.error})")
+        np.testing.assert_allclose(
+            got,
+            want,
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"output {position} (stock fails: {stock.error})",
+        )
     return "added"
 
 
@@ -163,7 +187,11 @@ def compare_drawn(family: str, graphs: st.SearchStrategy[DrawnGraph], max_exampl
     @_settings(max_examples)
     @given(graphs, st.booleans())
     def compare(graph: DrawnGraph, rewrite: bool) -> None:
-        outcomes.append(assert_superset(graph.inputs, graph.outputs, graph.values, rewrite, graph.violated_assertion))
+        outcomes.append(
+            assert_superset(
+                graph.inputs, graph.outputs, graph.values, rewrite, graph.violated_assertion
+            )
+        )
 
     compare()
     _report(family, outcomes)
@@ -176,7 +204,9 @@ def compare_drawn(family: str, graphs: st.SearchStrategy[DrawnGraph], max_exampl
 @pytest.mark.parametrize("case", select_cases(), ids=lambda case: case.name)
 def test_catalogue(case, rewrite: bool) -> None:
     graph: CaseGraph = case.build()
-    outcome = assert_superset(graph.inputs, graph.outputs, graph.values, rewrite, tolerance=(graph.rtol, graph.atol))
+    outcome = assert_superset(
+        graph.inputs, graph.outputs, graph.values, rewrite, tolerance=(graph.rtol, graph.atol)
+    )
     _report(f"catalogue {case.name} ({'rewritten' if rewrite else 'unrewritten'})", [outcome])
 
 
@@ -264,7 +294,11 @@ def length_graphs(draw: st.DrawFn):
         out = pt.arange(length) * 2
     else:
         rows = length if length.type.dtype.startswith("int") else pt.cast(length, "int64")
-        out = pt.tile(x, 6)[: rows * 2].reshape((rows, -1)) if draw(st.booleans()) else x.reshape((1, x.shape[0]))
+        out = (
+            pt.tile(x, 6)[: rows * 2].reshape((rows, -1))
+            if draw(st.booleans())
+            else x.reshape((1, x.shape[0]))
+        )
     return DrawnGraph([x, n, s], [out], [np.linspace(0, 1, 6), np.asarray(3), np.asarray(3.0)])
 
 
@@ -315,7 +349,11 @@ def advanced_indexing_graphs(draw: st.DrawFn):
     if draw(st.booleans()):
         out = x[index] * 2
     else:
-        out = pt.set_subtensor(x[index], -x[index]) if draw(st.booleans()) else pt.inc_subtensor(x[index], 1.0)
+        out = (
+            pt.set_subtensor(x[index], -x[index])
+            if draw(st.booleans())
+            else pt.inc_subtensor(x[index], 1.0)
+        )
     return DrawnGraph([x], [out], [np.linspace(0, 1, 4)])
 
 

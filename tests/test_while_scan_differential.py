@@ -74,7 +74,9 @@ IN_COMPUTATION = "INTERNAL: CpuCallback error calling callback: _EquinoxRuntimeE
 def _assert_rule(spec: WhileGraphSpec, modes: list[tuple[str, str]]) -> None:
     oracles, verdicts = check_in_process(spec, modes)
     assert not oracles.invalid, f"{spec}: {oracles.invalid}"
-    failing = {column: verdict for column, verdict in verdicts.items() if verdict.status not in ACCEPTED}
+    failing = {
+        column: verdict for column, verdict in verdicts.items() if verdict.status not in ACCEPTED
+    }
     assert not failing, f"{spec} (class {case_class(spec)}):\n" + "\n".join(
         f"{column}: {verdict.status}: {verdict.detail}" for column, verdict in failing.items()
     )
@@ -84,7 +86,10 @@ def _assert_rule(spec: WhileGraphSpec, modes: list[tuple[str, str]]) -> None:
 
 # Shrinking would re-run failing graphs many times over: a failure is reported as drawn.
 QUICK = settings(
-    deadline=None, database=None, derandomize=True, phases=(Phase.explicit, Phase.generate),
+    deadline=None,
+    database=None,
+    derandomize=True,
+    phases=(Phase.explicit, Phase.generate),
     suppress_health_check=[HealthCheck.too_slow],
 )
 # Each draw aims at one of the targets, so that a few draws already cover several classes.
@@ -115,32 +120,62 @@ def regression(consumer: ConsumerSpec, loop: LoopSpec = SIT_SOT, **structure) ->
 
 
 REGRESSIONS = {
-    "1-max-of-a-bool-trace": regression(ConsumerSpec("reduce", op="max"), LoopSpec("nit-sot", "bool", bound=8)),
-    "2-shifted-trace-plus-trace": regression(ConsumerSpec("with_trace", variant="shifted", summed=True)),
-    "2-two-traces-of-different-lengths": regression(ConsumerSpec("with_trace", variant="second_loop", summed=True)),
-    "3-constant-index-past-the-length": regression(ConsumerSpec("index", position=5), stops=(3, 8, 2)),
-    "3-negative-index-past-the-length": regression(ConsumerSpec("index", position=-7), stops=(3, 8, 2)),
+    "1-max-of-a-bool-trace": regression(
+        ConsumerSpec("reduce", op="max"), LoopSpec("nit-sot", "bool", bound=8)
+    ),
+    "2-shifted-trace-plus-trace": regression(
+        ConsumerSpec("with_trace", variant="shifted", summed=True)
+    ),
+    "2-two-traces-of-different-lengths": regression(
+        ConsumerSpec("with_trace", variant="second_loop", summed=True)
+    ),
+    "3-constant-index-past-the-length": regression(
+        ConsumerSpec("index", position=5), stops=(3, 8, 2)
+    ),
+    "3-negative-index-past-the-length": regression(
+        ConsumerSpec("index", position=-7), stops=(3, 8, 2)
+    ),
     "3-input-index-past-the-length": regression(ConsumerSpec("index", position=7, from_input=True)),
-    "4-set-subtensor-past-the-length": regression(ConsumerSpec("set_index", position=7, variant="set", summed=True)),
-    "4-inc-subtensor-past-the-length": regression(ConsumerSpec("set_index", position=-8, variant="inc")),
+    "4-set-subtensor-past-the-length": regression(
+        ConsumerSpec("set_index", position=7, variant="set", summed=True)
+    ),
+    "4-inc-subtensor-past-the-length": regression(
+        ConsumerSpec("set_index", position=-8, variant="inc")
+    ),
     "5-set-subtensor-of-a-slice-with-the-wrong-length": regression(
         ConsumerSpec("set_slice", variant="mismatch", summed=True)
     ),
     "6-assert-on-the-length": regression(
         ConsumerSpec("check_length", position=5, variant="Assert", summed=True), stops=(3, 8, 6)
     ),
-    "7-min-of-an-int64-trace": regression(ConsumerSpec("reduce", op="min"), LoopSpec(dtype="int64", bound=8)),
-    "7-max-of-an-int64-trace": regression(ConsumerSpec("reduce", op="max"), LoopSpec(dtype="int64", bound=8)),
-    "8-times-a-vector-of-the-trace-length": regression(ConsumerSpec("with_vector", variant="match", summed=True)),
-    "9-step-counted-loop-in-a-for-scan": regression(ConsumerSpec("cumsum", summed=True), wrapper="for"),
+    "7-min-of-an-int64-trace": regression(
+        ConsumerSpec("reduce", op="min"), LoopSpec(dtype="int64", bound=8)
+    ),
+    "7-max-of-an-int64-trace": regression(
+        ConsumerSpec("reduce", op="max"), LoopSpec(dtype="int64", bound=8)
+    ),
+    "8-times-a-vector-of-the-trace-length": regression(
+        ConsumerSpec("with_vector", variant="match", summed=True)
+    ),
+    "9-step-counted-loop-in-a-for-scan": regression(
+        ConsumerSpec("cumsum", summed=True), wrapper="for"
+    ),
     "9-step-counted-loop-in-an-opfromgraph": regression(ConsumerSpec("trace"), wrapper="ofg"),
-    "9-step-counted-loop-in-a-while-scan": regression(ConsumerSpec("cumsum", summed=True), wrapper="while"),
+    "9-step-counted-loop-in-a-while-scan": regression(
+        ConsumerSpec("cumsum", summed=True), wrapper="while"
+    ),
     "10-n-steps-from-the-first-trace": regression(ConsumerSpec("trace"), chain="n_steps"),
     "10-sequence-from-the-first-trace": regression(ConsumerSpec("trace"), chain="sequence"),
-    "11-all-but-the-last-k-entries": regression(ConsumerSpec("drop_last", position=2, summed=True), stops=(4, 8, 6)),
-    "12-n-steps-computed-from-data": regression(ConsumerSpec("reduce", op="sum"), LoopSpec(bound=8, n_steps="data")),
+    "11-all-but-the-last-k-entries": regression(
+        ConsumerSpec("drop_last", position=2, summed=True), stops=(4, 8, 6)
+    ),
+    "12-n-steps-computed-from-data": regression(
+        ConsumerSpec("reduce", op="sum"), LoopSpec(bound=8, n_steps="data")
+    ),
     "12-step-from-an-input": regression(ConsumerSpec("step_input", position=2, summed=True)),
-    "13-a-vector-of-another-length": regression(ConsumerSpec("with_vector", variant="mismatch", summed=True)),
+    "13-a-vector-of-another-length": regression(
+        ConsumerSpec("with_vector", variant="mismatch", summed=True)
+    ),
     "rng-generator-carried-through-the-loop": regression(
         ConsumerSpec("reduce", op="sum"), LoopSpec(bound=8, rng=True), seed=3
     ),
@@ -172,9 +207,13 @@ def test_regression_graphs_are_their_classes_and_stop_early() -> None:
 
 UPSTREAM_GRAPHS = {
     "positive-index": regression(ConsumerSpec("index", position=5), stops=(6, 8, 3)),
-    "negative-index-reads-initial-state": regression(ConsumerSpec("index", position=-7), stops=(6, 8, 3)),
+    "negative-index-reads-initial-state": regression(
+        ConsumerSpec("index", position=-7), stops=(6, 8, 3)
+    ),
     "for-scan-past-sequence": regression(ConsumerSpec("reduce", op="sum"), chain="for_sequence"),
-    "negative-zeros": regression(ConsumerSpec("zeros", position=5, variant="shape"), stops=(3, 8, 6)),
+    "negative-zeros": regression(
+        ConsumerSpec("zeros", position=5, variant="shape"), stops=(3, 8, 6)
+    ),
 }
 UPSTREAM_REASONS = {
     "positive-index": "upstream: PyTensor's rewrites (scan_save_mem) translate a constant positive index of a "
@@ -201,7 +240,10 @@ def test_pytensor_agrees_with_numpy(name: str) -> None:
     assert not oracles.invalid, oracles.invalid
     for index, expected in enumerate(oracles.truth):
         assert expected is not None, "the graph has a numpy twin"
-        for run, outcome in (("FAST_COMPILE", oracles.reference[index]), ("rewritten", oracles.rewritten[index])):
+        for run, outcome in (
+            ("FAST_COMPILE", oracles.reference[index]),
+            ("rewritten", oracles.rewritten[index]),
+        ):
             where = f"call {index + 1}, {run}: {outcome.describe()}, numpy: {expected.describe()}"
             assert same_outcome(outcome, expected), where
 
@@ -243,16 +285,36 @@ def _oracles_of(reference: Outcome, rewritten: Outcome | None = None, truth: Out
     [
         (_oracles_of(VALUE), VALUE, PASS),
         (_oracles_of(INDEX_ERROR), Outcome.raised(IndexError("out of range"), "call"), PASS),
-        (_oracles_of(VALUE), Outcome.raised(DataDependentLengthError("trace length"), "compile"), REFUSED),
+        (
+            _oracles_of(VALUE),
+            Outcome.raised(DataDependentLengthError("trace length"), "compile"),
+            REFUSED,
+        ),
         (_oracles_of(VALUE), OTHER_VALUE, SILENT_WRONG),
         (_oracles_of(VALUE), Outcome.returned([np.float32(1.5)]), SILENT_WRONG),
         (_oracles_of(INDEX_ERROR), VALUE, SILENT_WRONG),
         (_oracles_of(INDEX_ERROR), Outcome.raised(TypeError("shapes"), "call"), WRONG_ERROR),
         # A check inside the computation comes out as JAX's runtime error, naming the reference's type or not.
-        (_oracles_of(INDEX_ERROR), Outcome.raised(RuntimeError(IN_COMPUTATION.format("IndexError")), "call"), CHECKED),
-        (_oracles_of(INDEX_ERROR), Outcome.raised(RuntimeError(IN_COMPUTATION.format("ValueError")), "call"), WRONG_ERROR),
-        (_oracles_of(VALUE), Outcome.raised(RuntimeError(IN_COMPUTATION.format("IndexError")), "call"), RAW_ERROR),
-        (_oracles_of(INDEX_ERROR), Outcome.raised(NotImplementedError("no lowering"), "call"), RAW_ERROR),
+        (
+            _oracles_of(INDEX_ERROR),
+            Outcome.raised(RuntimeError(IN_COMPUTATION.format("IndexError")), "call"),
+            CHECKED,
+        ),
+        (
+            _oracles_of(INDEX_ERROR),
+            Outcome.raised(RuntimeError(IN_COMPUTATION.format("ValueError")), "call"),
+            WRONG_ERROR,
+        ),
+        (
+            _oracles_of(VALUE),
+            Outcome.raised(RuntimeError(IN_COMPUTATION.format("IndexError")), "call"),
+            RAW_ERROR,
+        ),
+        (
+            _oracles_of(INDEX_ERROR),
+            Outcome.raised(NotImplementedError("no lowering"), "call"),
+            RAW_ERROR,
+        ),
         (_oracles_of(VALUE), Outcome.raised(TypeError("tracer"), "call"), RAW_ERROR),
         (_oracles_of(INDEX_ERROR), Outcome.raised(IndexError("tracer"), "compile"), PASS),
         (_oracles_of(VALUE), Outcome.raised(ValueError("tracer"), "compile"), RAW_ERROR),
@@ -272,11 +334,17 @@ def test_call_verdicts(oracles: ReferenceObservation, got: Outcome, status: str)
 
 
 def test_a_graph_takes_its_worst_calls_verdict_and_a_dead_worker_is_a_crash() -> None:
-    oracles = ReferenceObservation([VALUE, INDEX_ERROR, VALUE], [VALUE, INDEX_ERROR, VALUE], [None] * 3, ("float64",))
+    oracles = ReferenceObservation(
+        [VALUE, INDEX_ERROR, VALUE], [VALUE, INDEX_ERROR, VALUE], [None] * 3, ("float64",)
+    )
     refused = Outcome.raised(DataDependentLengthError("trace length"), "call")
-    assert classify(SPEC, oracles, Observation([VALUE, refused, OTHER_VALUE])).status == SILENT_WRONG
+    assert (
+        classify(SPEC, oracles, Observation([VALUE, refused, OTHER_VALUE])).status == SILENT_WRONG
+    )
     assert classify(SPEC, oracles, Observation([VALUE, refused, VALUE])).status == REFUSED
-    verdict = classify(SPEC, oracles, Observation(crash="the worker process died: killed by SIGABRT"))
+    verdict = classify(
+        SPEC, oracles, Observation(crash="the worker process died: killed by SIGABRT")
+    )
     assert verdict == Verdict(CRASH, "the worker process died: killed by SIGABRT")
 
 
@@ -285,11 +353,25 @@ def test_a_graph_takes_its_worst_calls_verdict_and_a_dead_worker_is_a_crash() ->
 
 def test_reports_count_per_class_and_mode_and_round_trip(tmp_path) -> None:
     columns = ["jax @ cpu:1", "numba @ cpu"]
-    verdicts = [(Verdict(SILENT_WRONG, "got 0.0"), Verdict(PASS)), (Verdict(REFUSED, "named"), Verdict(PASS))]
+    verdicts = [
+        (Verdict(SILENT_WRONG, "got 0.0"), Verdict(PASS)),
+        (Verdict(REFUSED, "named"), Verdict(PASS)),
+    ]
     results = [
-        SpecResult("a", "spec a", "3", "sit-sot", "value", dict(zip(columns, verdicts[0], strict=True))),
-        SpecResult("b", "spec b", "3", "sit-sot", "IndexError", dict(zip(columns, verdicts[1], strict=True))),
-        SpecResult("c", "spec c", "rng", "sit-sot", "value", {column: Verdict(PASS) for column in columns}),
+        SpecResult(
+            "a", "spec a", "3", "sit-sot", "value", dict(zip(columns, verdicts[0], strict=True))
+        ),
+        SpecResult(
+            "b",
+            "spec b",
+            "3",
+            "sit-sot",
+            "IndexError",
+            dict(zip(columns, verdicts[1], strict=True)),
+        ),
+        SpecResult(
+            "c", "spec c", "rng", "sit-sot", "value", {column: Verdict(PASS) for column in columns}
+        ),
     ]
     report = DifferentialReport({"label": "test"}, columns, results, 1.0)
     assert report.counts() == {
@@ -305,19 +387,33 @@ def test_reports_count_per_class_and_mode_and_round_trip(tmp_path) -> None:
 
 
 def test_command_line_runs_the_differential_and_fails_on_failing_verdicts(tmp_path) -> None:
-    argv = ["--no-catalogue", "--generated-while", "2", "--while-modes", "jax", "--device", JAX_DEVICE,
-            "--out", str(tmp_path), "--no-progress"]
+    argv = [
+        "--no-catalogue",
+        "--generated-while",
+        "2",
+        "--while-modes",
+        "jax",
+        "--device",
+        JAX_DEVICE,
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
     status = conformance_main(argv)
     saved = json.loads((tmp_path / "while_scan_differential.json").read_text())
     assert [result["case_class"] for result in saved["results"]] == ["1", "2"]
     assert saved["columns"] == [f"jax @ {JAX_DEVICE}"]
-    failing = any(v["status"] in FAILING for result in saved["results"] for v in result["verdicts"].values())
+    failing = any(
+        v["status"] in FAILING for result in saved["results"] for v in result["verdicts"].values()
+    )
     assert status == (1 if failing else 0)
     assert not (tmp_path / "conformance.json").exists(), "--no-catalogue runs no catalogue"
 
 
 @pytest.mark.parametrize(("report_only", "status"), [(False, 1), (True, 0)])
-def test_while_report_only_keeps_failing_verdicts_out_of_the_exit_status(tmp_path, monkeypatch, report_only, status):
+def test_while_report_only_keeps_failing_verdicts_out_of_the_exit_status(
+    tmp_path, monkeypatch, report_only, status
+):
     silent_wrong = SpecResult("a", "", "3", "", "", {"jax @ cpu": Verdict(SILENT_WRONG)})
     failing = DifferentialReport({}, ["jax @ cpu"], [silent_wrong])
     monkeypatch.setattr(cli, "run_differential_and_report", lambda *args, **kwargs: failing)

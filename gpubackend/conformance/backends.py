@@ -40,10 +40,14 @@ BACKENDS: dict[str, Backend] = {
     "jax": Backend("jax", jax_gpu_mode, False, True, False, _no_scope),
     # PyTensor's own JAX mode on the same device, none of gpubackend's lowerings or rewrites: the
     # baseline.
-    "jax-stock": Backend("jax-stock", lambda device: stock_jax_mode(), False, False, False, _default_device_scope),
+    "jax-stock": Backend(
+        "jax-stock", lambda device: stock_jax_mode(), False, False, False, _default_device_scope
+    ),
     # mode="JAX" as a user gets it: gpubackend's lowerings in it unless
     # $GPUBACKEND_REGISTER=jax_gpu.
-    "jax-registered": Backend("jax-registered", lambda device: get_mode("JAX"), False, False, False, _default_device_scope),
+    "jax-registered": Backend(
+        "jax-registered", lambda device: get_mode("JAX"), False, False, False, _default_device_scope
+    ),
 }
 
 HOST_DEVICE = "cpu"
@@ -81,7 +85,9 @@ def name_device_pairs(
     return pairs
 
 
-def backend_device_pairs(backends: Sequence[str], devices: Sequence[str]) -> list[tuple[Backend, str]]:
+def backend_device_pairs(
+    backends: Sequence[str], devices: Sequence[str]
+) -> list[tuple[Backend, str]]:
     """Every (backend, device) to run (`name_device_pairs`)."""
     host_only = {name: backend.host_only for name, backend in BACKENDS.items()}
     pairs = name_device_pairs(backends, host_only, devices, "conformance backend(s)")

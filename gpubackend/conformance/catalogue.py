@@ -73,7 +73,9 @@ def register_case(
         case_name = build.__name__.removeprefix("case_")
         if case_name in CATALOGUE:
             raise ValueError(f"Conformance case {case_name!r} is registered twice")
-        CATALOGUE[case_name] = Case(case_name, family, build, batch_axes, inplace_opportunity, host_reads)
+        CATALOGUE[case_name] = Case(
+            case_name, family, build, batch_axes, inplace_opportunity, host_reads
+        )
         return build
 
     return decorator
@@ -85,7 +87,11 @@ def select_cases(pattern: str | None = None) -> list[Case]:
     if not pattern:
         return list(CATALOGUE.values())
     needles = [needle.strip() for needle in pattern.split(",") if needle.strip()]
-    return [case for case in CATALOGUE.values() if any(n in case.name or n == case.family for n in needles)]
+    return [
+        case
+        for case in CATALOGUE.values()
+        if any(n in case.name or n == case.family for n in needles)
+    ]
 
 
 def _rng(seed: int) -> np.random.Generator:
@@ -106,7 +112,9 @@ def _scan(*args, **kwargs):
 def _tanh_recurrence() -> tuple[list[Variable], Variable]:
     """``h_t = tanh(h_{t-1} * w + x_t)``: the inputs ``[xs, h0, w]`` and every state."""
     xs, h0, w = pt.matrix("xs"), pt.vector("h0"), pt.scalar("w")
-    states = _scan(lambda x_t, h, w: pt.tanh(h * w + x_t), sequences=[xs], outputs_info=[h0], non_sequences=[w])
+    states = _scan(
+        lambda x_t, h, w: pt.tanh(h * w + x_t), sequences=[xs], outputs_info=[h0], non_sequences=[w]
+    )
     return [xs, h0, w], states
 
 
@@ -169,7 +177,9 @@ def case_scan_grad_mit_mot() -> CaseGraph:
     return CaseGraph(inputs, grads, _tanh_recurrence_values(3, 0.7))
 
 
-def _second_order_grads(cost: Variable, first: list[Variable], second: list[Variable]) -> list[Variable]:
+def _second_order_grads(
+    cost: Variable, first: list[Variable], second: list[Variable]
+) -> list[Variable]:
     """Gradients of the summed first-order gradients: they differentiate the gradient Scan (mit-mot)
     again."""
     summed = pt.add(*(grad.sum() for grad in pytensor.grad(cost, first)))
@@ -180,7 +190,11 @@ def _second_order_grads(cost: Variable, first: list[Variable], second: list[Vari
 def case_scan_sit_sot_second_order_grad() -> CaseGraph:
     inputs, states = _tanh_recurrence()
     xs, h0, w = inputs
-    return CaseGraph(inputs, _second_order_grads((states**2).sum(), [w, xs], [w, h0]), _tanh_recurrence_values(7, 0.7))
+    return CaseGraph(
+        inputs,
+        _second_order_grads((states**2).sum(), [w, xs], [w, h0]),
+        _tanh_recurrence_values(7, 0.7),
+    )
 
 
 @register_case("scan")
@@ -209,7 +223,9 @@ def _doubling_reference(x0: float, limit: float) -> np.ndarray:
 def case_scan_while_until() -> CaseGraph:
     x0, limit = pt.scalar("x0"), pt.scalar("limit")
     x0_v, limit_v = np.asarray(0.3), np.asarray(10.0)
-    return CaseGraph([x0, limit], [_doubling_until(x0, limit)], [x0_v, limit_v], [_doubling_reference(0.3, 10.0)])
+    return CaseGraph(
+        [x0, limit], [_doubling_until(x0, limit)], [x0_v, limit_v], [_doubling_reference(0.3, 10.0)]
+    )
 
 
 @register_case("scan")
@@ -218,7 +234,10 @@ def case_scan_while_last_value() -> CaseGraph:
     x0, limit = pt.scalar("x0"), pt.scalar("limit")
     x0_v, limit_v = np.asarray(0.3), np.asarray(10.0)
     return CaseGraph(
-        [x0, limit], [_doubling_until(x0, limit)[-1]], [x0_v, limit_v], [_doubling_reference(0.3, 10.0)[-1]]
+        [x0, limit],
+        [_doubling_until(x0, limit)[-1]],
+        [x0_v, limit_v],
+        [_doubling_reference(0.3, 10.0)[-1]],
     )
 
 
@@ -227,7 +246,11 @@ def case_scan_nested() -> CaseGraph:
     xs = pt.matrix("xs")
 
     def row_cumsum(row):
-        return _scan(lambda x_t, acc: acc + x_t, sequences=[row], outputs_info=[pt.zeros((), dtype=row.dtype)])
+        return _scan(
+            lambda x_t, acc: acc + x_t,
+            sequences=[row],
+            outputs_info=[pt.zeros((), dtype=row.dtype)],
+        )
 
     cumsums = _scan(row_cumsum, sequences=[xs])
     xs_v = _floats(_rng(4), 3, 4)
@@ -238,7 +261,12 @@ def case_scan_nested() -> CaseGraph:
 def case_scan_length_from_shape() -> CaseGraph:
     x = pt.vector("x")
     # n_steps is a symbolic function of the input's shape
-    powers = _scan(lambda acc, x: acc * x, outputs_info=[pt.ones_like(x)], non_sequences=[x], n_steps=x.shape[0] // 2)
+    powers = _scan(
+        lambda acc, x: acc * x,
+        outputs_info=[pt.ones_like(x)],
+        non_sequences=[x],
+        n_steps=x.shape[0] // 2,
+    )
     x_v = _floats(_rng(5), 6)
     return CaseGraph([x], [powers], [x_v], [np.stack([x_v ** (k + 1) for k in range(3)])])
 
@@ -319,7 +347,9 @@ def case_ofg_constant_output() -> CaseGraph:
     # One inner output folds to a constant (float32: PyTensor types 0.5 as the narrowest exact
     # float); the lowering must still return an array of the graph's type for it.
     a = pt.vector("a")
-    op = OpFromGraph([a], [pt.tanh(pt.constant(0.5)), a + 1.0], inline=False, name="constant_output")
+    op = OpFromGraph(
+        [a], [pt.tanh(pt.constant(0.5)), a + 1.0], inline=False, name="constant_output"
+    )
     x = pt.vector("x")
     x_v = _floats(_rng(16), 4)
     return CaseGraph([x], list(op(x)), [x_v], [np.tanh(np.float32(0.5)), x_v + 1.0])
@@ -331,12 +361,16 @@ def case_ofg_inplace_buffers() -> CaseGraph:
     # dot's output is a buffer internal to the inner graph: the elementwise ops
     # after it may overwrite it in place.
     hidden = pt.dot(a, v)
-    op = OpFromGraph([a, v], [pt.exp(hidden) + 1.0, pt.cumsum(hidden) * 2.0], inline=False, name="buffers")
+    op = OpFromGraph(
+        [a, v], [pt.exp(hidden) + 1.0, pt.cumsum(hidden) * 2.0], inline=False, name="buffers"
+    )
     A, x = pt.matrix("A"), pt.vector("x")
     rng = _rng(15)
     a_v, x_v = _floats(rng, 3, 4), _floats(rng, 4)
     hidden_v = a_v @ x_v
-    return CaseGraph([A, x], list(op(A, x)), [a_v, x_v], [np.exp(hidden_v) + 1.0, np.cumsum(hidden_v) * 2.0])
+    return CaseGraph(
+        [A, x], list(op(A, x)), [a_v, x_v], [np.exp(hidden_v) + 1.0, np.cumsum(hidden_v) * 2.0]
+    )
 
 
 # --- Composite ------------------------------------------------------------------
@@ -349,7 +383,9 @@ def case_composite_explicit() -> CaseGraph:
     x, y = pt.vector("x"), pt.vector("y")
     rng = _rng(20)
     x_v, y_v = _floats(rng, 5), _floats(rng, 5)
-    return CaseGraph([x, y], list(Elemwise(composite)(x, y)), [x_v, y_v], [x_v * y_v + np.sin(x_v), np.exp(y_v)])
+    return CaseGraph(
+        [x, y], list(Elemwise(composite)(x, y)), [x_v, y_v], [x_v * y_v + np.sin(x_v), np.exp(y_v)]
+    )
 
 
 @register_case("composite", batch_axes=(0, 0))
@@ -394,14 +430,18 @@ def case_scalar_loop_while() -> CaseGraph:
                 break
         expected_final.append(value)
     values = [np.asarray(50, dtype="int64"), x0_v]
-    return CaseGraph([n_steps, x0], [final, done], values, [np.asarray(expected_final), np.ones(4, bool)])
+    return CaseGraph(
+        [n_steps, x0], [final, done], values, [np.asarray(expected_final), np.ones(4, bool)]
+    )
 
 
 @register_case("scalar_loop", batch_axes=(0, 0))
 def case_gammainc_grad_k() -> CaseGraph:
     k, x = pt.vector("k"), pt.vector("x")
     grad_k = pytensor.grad(pt.gammainc(k, x).sum(), k)
-    return CaseGraph([k, x], [grad_k], [np.array([0.5, 1.5, 3.0]), np.array([0.7, 2.0, 1.2])], rtol=1e-5)
+    return CaseGraph(
+        [k, x], [grad_k], [np.array([0.5, 1.5, 3.0]), np.array([0.7, 2.0, 1.2])], rtol=1e-5
+    )
 
 
 # --- Optimize ops ---------------------------------------------------------------
@@ -420,12 +460,16 @@ def _quartic_objective(x: Variable, a: Variable) -> Variable:
     return ((x - a) ** 2).sum() + 0.1 * (x**4).sum()
 
 
-def _solver_case(x: Variable, a: Variable, solved: tuple[Variable, Variable], values: list) -> CaseGraph:
+def _solver_case(
+    x: Variable, a: Variable, solved: tuple[Variable, Variable], values: list
+) -> CaseGraph:
     """Outputs: the solution, its success flag, and the solution's gradient with respect to
     ``a``."""
     solution, success = solved
     outputs = [solution, success, pytensor.grad(solution.sum(), a)]
-    return CaseGraph([x, a], outputs, [np.asarray(v, dtype=float) for v in values], **SOLVER_TOLERANCE)
+    return CaseGraph(
+        [x, a], outputs, [np.asarray(v, dtype=float) for v in values], **SOLVER_TOLERANCE
+    )
 
 
 @register_case("optimize")
@@ -445,7 +489,9 @@ def case_root_grad() -> CaseGraph:
 @register_case("optimize")
 def case_minimize_scalar_grad() -> CaseGraph:
     x, a = pt.scalar("x"), pt.scalar("a")
-    solved = minimize_scalar(_quartic_objective(x, a), x, method="brent", optimizer_kwargs={"tol": 1e-12})
+    solved = minimize_scalar(
+        _quartic_objective(x, a), x, method="brent", optimizer_kwargs={"tol": 1e-12}
+    )
     return _solver_case(x, a, solved, [0.0, 1.5])
 
 
@@ -500,7 +546,9 @@ def case_minimize_constant_scalar_start() -> CaseGraph:
 @register_case("optimize")
 def case_minimize_scalar_constant_start() -> CaseGraph:
     x, a = pt.constant(0.0, dtype="float64"), pt.scalar("a")
-    solved = minimize_scalar(_quartic_objective(x, a), x, method="brent", optimizer_kwargs={"tol": 1e-12})
+    solved = minimize_scalar(
+        _quartic_objective(x, a), x, method="brent", optimizer_kwargs={"tol": 1e-12}
+    )
     return _constant_start_case(a, solved, 1.5)
 
 

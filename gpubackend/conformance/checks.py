@@ -28,7 +28,9 @@ from gpubackend.devices import resolve_device
 from gpubackend.introspection import compiled_graph, device_resident_inputs
 
 
-def check_numerics(graph: CaseGraph, reference: Sequence[np.ndarray], calls: Sequence[Sequence]) -> CheckResult:
+def check_numerics(
+    graph: CaseGraph, reference: Sequence[np.ndarray], calls: Sequence[Sequence]
+) -> CheckResult:
     """Every call's outputs have the graph's dtypes and match the reference in shape and value."""
     declared = [np.dtype(out.type.dtype) for out in graph.outputs]
     for call_index, outputs in enumerate(calls, start=1):
@@ -39,14 +41,22 @@ def check_numerics(graph: CaseGraph, reference: Sequence[np.ndarray], calls: Seq
                 detail = f"{where}: dtype {got.dtype}, the graph says {declared[position]}"
                 return CheckResult("numerics", False, detail)
             if got.shape != expected.shape:
-                return CheckResult("numerics", False, f"{where}: shape {got.shape}, expected {expected.shape}")
+                return CheckResult(
+                    "numerics", False, f"{where}: shape {got.shape}, expected {expected.shape}"
+                )
             if expected.dtype.kind in "biu":
                 if not np.array_equal(got, expected):
-                    return CheckResult("numerics", False, f"{where}: {got.tolist()}, expected {expected.tolist()}")
+                    return CheckResult(
+                        "numerics", False, f"{where}: {got.tolist()}, expected {expected.tolist()}"
+                    )
             elif not np.allclose(got, expected, rtol=graph.rtol, atol=graph.atol, equal_nan=True):
                 error = np.max(np.abs(got.astype(float) - expected.astype(float)))
-                return CheckResult("numerics", False, f"{where}: max abs error {error:.3g} (rtol {graph.rtol})")
-    return CheckResult("numerics", True, f"{len(reference)} outputs match the reference over {len(calls)} calls")
+                return CheckResult(
+                    "numerics", False, f"{where}: max abs error {error:.3g} (rtol {graph.rtol})"
+                )
+    return CheckResult(
+        "numerics", True, f"{len(reference)} outputs match the reference over {len(calls)} calls"
+    )
 
 
 def rederive_gradient(graph: CaseGraph) -> str:
@@ -56,7 +66,12 @@ def rederive_gradient(graph: CaseGraph) -> str:
     if not cost_terms or not wrt:
         return "no float outputs/inputs to differentiate"
     try:
-        pytensor.grad(pytensor.tensor.add(*cost_terms), wrt, disconnected_inputs="ignore", null_gradients="return")
+        pytensor.grad(
+            pytensor.tensor.add(*cost_terms),
+            wrt,
+            disconnected_inputs="ignore",
+            null_gradients="return",
+        )
     except Exception as error:  # noqa: BLE001 - an op without a gradient is a fact about the op, not a breakage
         return f"gradient not derivable ({error_summary(error)[:120]})"
     return "gradient re-derived"
@@ -69,8 +84,12 @@ def check_canonical_intact(graph: CaseGraph, before: Fingerprint) -> CheckResult
         return CheckResult("canonical_intact", False, f"after compiling and calling: {difference}")
     gradient = rederive_gradient(graph)
     if (difference := describe_difference(before, fingerprint(graph.outputs))) is not None:
-        return CheckResult("canonical_intact", False, f"after re-deriving the gradient: {difference}")
-    return CheckResult("canonical_intact", True, f"{len(before)} inner-graph ops unchanged; {gradient}")
+        return CheckResult(
+            "canonical_intact", False, f"after re-deriving the gradient: {difference}"
+        )
+    return CheckResult(
+        "canonical_intact", True, f"{len(before)} inner-graph ops unchanged; {gradient}"
+    )
 
 
 def check_rewrite_free(probe: RewriteFreeProbe) -> CheckResult:
@@ -86,14 +105,23 @@ def check_baked(case: Case, graph: CaseGraph, fn: Function, bakes_inplace: bool)
     compiled = inner_graph_ops(compiled_graph(fn).outputs)
     reused = [op for op in compiled if id(op) in canonical_ids]
     baked = [op for op in compiled if id(op) not in canonical_ids]
-    detail = f"{len(baked)} baked inner-graph ops, {len(reused)} canonical ops left unchanged by baking"
+    detail = (
+        f"{len(baked)} baked inner-graph ops, {len(reused)} canonical ops left unchanged by baking"
+    )
     if count_inplace_nodes(reused):
-        return CheckResult("baked", False, f"a canonical op carries inplace nodes in the compiled graph; {detail}")
+        return CheckResult(
+            "baked", False, f"a canonical op carries inplace nodes in the compiled graph; {detail}"
+        )
     if bakes_inplace and case.inplace_opportunity:
-        canonical_inplace, baked_inplace = count_inplace_nodes(canonical), count_inplace_nodes(baked)
+        canonical_inplace, baked_inplace = (
+            count_inplace_nodes(canonical),
+            count_inplace_nodes(baked),
+        )
         detail += f"; inplace nodes: {baked_inplace} baked, {canonical_inplace} canonical"
         if canonical_inplace or not baked_inplace:
-            return CheckResult("baked", False, f"expected inplace only in the baked graph; {detail}")
+            return CheckResult(
+                "baked", False, f"expected inplace only in the baked graph; {detail}"
+            )
     return CheckResult("baked", True, detail)
 
 
@@ -125,10 +153,19 @@ def check_resident(
     try:
         reads = count_host_reads(fn, inputs, device)
     except Exception as error:  # noqa: BLE001 - any failure under the guard is the finding
-        return CheckResult("resident", False, f"warm call under transfer guard: {error_summary(error)}")
-    figure = f"{reads.explicit} explicit host reads per call (declared {declared_reads}; {reads.method})"
+        return CheckResult(
+            "resident", False, f"warm call under transfer guard: {error_summary(error)}"
+        )
+    figure = (
+        f"{reads.explicit} explicit host reads per call (declared {declared_reads}; {reads.method})"
+    )
     if reads.implicit:
-        return CheckResult("resident", False, f"an implicit device-to-host read: {reads.implicit}; {figure}", reads.explicit)
+        return CheckResult(
+            "resident",
+            False,
+            f"an implicit device-to-host read: {reads.implicit}; {figure}",
+            reads.explicit,
+        )
     ok = reads.explicit == declared_reads
     return CheckResult("resident", ok, f"outputs on {device}; no upload; {figure}", reads.explicit)
 
@@ -174,7 +211,10 @@ def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> Host
     jax.block_until_ready(outputs)
     if not timed:
         return HostReads(explicit[0], "", "transfer guard")
-    method = f"returned after {returned * 1e3:.0f} ms, " f"its inputs {'ready' if waited else 'still pending'}"
+    method = (
+        f"returned after {returned * 1e3:.0f} ms, "
+        f"its inputs {'ready' if waited else 'still pending'}"
+    )
     if waited and not explicit[0]:
         return HostReads(0, f"the call waited for its inputs' values ({method})", method)
     return HostReads(explicit[0], "", method)

@@ -23,25 +23,45 @@ def _run_parser() -> argparse.ArgumentParser:
         "Use 'python -m gpubackend conformance merge A.json B.json --out DIR' to merge runners.",
     )
     parser.add_argument("--backend", nargs="+", default=["numba", "jax"], choices=sorted(BACKENDS))
-    parser.add_argument("--device", nargs="+", default=["cpu"], help="cpu, cpu:N, gpu or gpu:N (several allowed)")
-    parser.add_argument("--out", required=True, help="directory for conformance.{json,xml,md,html}")
-    parser.add_argument("--label", default="", help="runner label stored in the report, e.g. 'gpu-leg'")
-    parser.add_argument("--cases", default=None, help="only cases whose name contains this (comma-separated)")
-    parser.add_argument("--generated", type=int, default=0, help="also run N Hypothesis-generated graphs")
-    parser.add_argument("--no-catalogue", action="store_true", help="skip the catalogue (run only generated graphs)")
     parser.add_argument(
-        "--generated-while", type=int, default=0, metavar="N",
-        help="also run N generated while-Scan graphs " "differentially (each mode against FAST_COMPILE); "
+        "--device", nargs="+", default=["cpu"], help="cpu, cpu:N, gpu or gpu:N (several allowed)"
+    )
+    parser.add_argument("--out", required=True, help="directory for conformance.{json,xml,md,html}")
+    parser.add_argument(
+        "--label", default="", help="runner label stored in the report, e.g. 'gpu-leg'"
+    )
+    parser.add_argument(
+        "--cases", default=None, help="only cases whose name contains this (comma-separated)"
+    )
+    parser.add_argument(
+        "--generated", type=int, default=0, help="also run N Hypothesis-generated graphs"
+    )
+    parser.add_argument(
+        "--no-catalogue", action="store_true", help="skip the catalogue (run only generated graphs)"
+    )
+    parser.add_argument(
+        "--generated-while",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run N generated while-Scan graphs "
+        "differentially (each mode against FAST_COMPILE); "
         "writes while_scan_differential.{json,md}",
     )
     parser.add_argument(
-        "--while-modes", nargs="+", default=list(DEFAULT_MODES), choices=sorted(DIFFERENTIAL_MODES),
-        help="the modes the while-Scan graphs run on, " "each JAX mode on every --device, numba on cpu: "
+        "--while-modes",
+        nargs="+",
+        default=list(DEFAULT_MODES),
+        choices=sorted(DIFFERENTIAL_MODES),
+        help="the modes the while-Scan graphs run on, "
+        "each JAX mode on every --device, numba on cpu: "
         + "; ".join(f"{name}: {mode.description}" for name, mode in DIFFERENTIAL_MODES.items()),
     )
     parser.add_argument(
-        "--while-report-only", action="store_true",
-        help="report the while-Scan differential's " "failures without making the exit status non-zero",
+        "--while-report-only",
+        action="store_true",
+        help="report the while-Scan differential's "
+        "failures without making the exit status non-zero",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -49,7 +69,8 @@ def _run_parser() -> argparse.ArgumentParser:
 
 def _merge_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m gpubackend conformance merge", description="Merge several runners' conformance.json"
+        prog="python -m gpubackend conformance merge",
+        description="Merge several runners' conformance.json",
     )
     parser.add_argument("reports", nargs="+", help="conformance.json files")
     parser.add_argument("--out", required=True)
@@ -85,8 +106,13 @@ def _run(argv: list[str], console: Console) -> int:
         )
     if args.generated_while:
         report = run_differential_and_report(
-            args.generated_while, args.while_modes, args.device, args.out,
-            label=args.label, console=console, progress=not args.no_progress,
+            args.generated_while,
+            args.while_modes,
+            args.device,
+            args.out,
+            label=args.label,
+            console=console,
+            progress=not args.no_progress,
         )
         if report.failed and not args.while_report_only:
             status = 1

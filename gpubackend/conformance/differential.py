@@ -81,9 +81,29 @@ SILENT_WRONG = "silent-wrong"
 WRONG_ERROR = "wrong-error"
 RAW_ERROR = "raw-error"
 CRASH = "crash"
-STATUSES = (PASS, CHECKED, REFUSED, UPSTREAM, NOT_APPLICABLE, SILENT_WRONG, WRONG_ERROR, RAW_ERROR, CRASH)
+STATUSES = (
+    PASS,
+    CHECKED,
+    REFUSED,
+    UPSTREAM,
+    NOT_APPLICABLE,
+    SILENT_WRONG,
+    WRONG_ERROR,
+    RAW_ERROR,
+    CRASH,
+)
 FAILING = (SILENT_WRONG, WRONG_ERROR, RAW_ERROR, CRASH)
-_SEVERITY = (CRASH, SILENT_WRONG, WRONG_ERROR, RAW_ERROR, REFUSED, NOT_APPLICABLE, UPSTREAM, CHECKED, PASS)
+_SEVERITY = (
+    CRASH,
+    SILENT_WRONG,
+    WRONG_ERROR,
+    RAW_ERROR,
+    REFUSED,
+    NOT_APPLICABLE,
+    UPSTREAM,
+    CHECKED,
+    PASS,
+)
 """A graph's status on a mode is its worst call's, in this order."""
 
 REFERENCE_MODE = "FAST_COMPILE"
@@ -130,8 +150,13 @@ class Outcome:
     def raised(cls, error: BaseException, stage: str) -> Outcome:
         checked = _CHECKED_IN_COMPUTATION.search(str(error)) if stage == "call" else None
         return cls(
-            None, type(error).__name__, _error_family(error), error_summary(error)[:300], stage,
-            isinstance(error, DataDependentLengthError), checked.group(1) if checked else "",
+            None,
+            type(error).__name__,
+            _error_family(error),
+            error_summary(error)[:300],
+            stage,
+            isinstance(error, DataDependentLengthError),
+            checked.group(1) if checked else "",
         )
 
     @classmethod
@@ -140,8 +165,12 @@ class Outcome:
 
     def describe(self) -> str:
         if self.values is None:
-            return f"{self.error} ({self.message[:160]})" + (" at compile time" if self.stage == "compile" else "")
-        shown = [np.array2string(value, precision=6, threshold=8, separator=",") for value in self.values]
+            return f"{self.error} ({self.message[:160]})" + (
+                " at compile time" if self.stage == "compile" else ""
+            )
+        shown = [
+            np.array2string(value, precision=6, threshold=8, separator=",") for value in self.values
+        ]
         return "values " + "; ".join(text.replace("\n", "") for text in shown)
 
 
@@ -153,12 +182,16 @@ def same_outcome(got: Outcome, expected: Outcome, dtypes: Sequence[str] | None =
     if len(got.values) != len(expected.values):
         return False
     for position, (value, want) in enumerate(zip(got.values, expected.values, strict=True)):
-        if value.shape != want.shape or (dtypes is not None and value.dtype != np.dtype(dtypes[position])):
+        if value.shape != want.shape or (
+            dtypes is not None and value.dtype != np.dtype(dtypes[position])
+        ):
             return False
         if want.dtype.kind in "biu" and value.dtype.kind in "biu":
             if not np.array_equal(value, want):
                 return False
-        elif not np.allclose(value.astype(float), want.astype(float), rtol=RTOL, atol=ATOL, equal_nan=True):
+        elif not np.allclose(
+            value.astype(float), want.astype(float), rtol=RTOL, atol=ATOL, equal_nan=True
+        ):
             return False
     return True
 
@@ -208,7 +241,9 @@ def _compile_and_call_each(compile_fn: Callable[[], Callable], graph: WhileGraph
 
 
 def _pytensor_function(graph: WhileGraph, mode: Mode | str) -> Callable:
-    return pytensor.function(graph.inputs, graph.outputs, updates=graph.updates, mode=mode, on_unused_input="ignore")
+    return pytensor.function(
+        graph.inputs, graph.outputs, updates=graph.updates, mode=mode, on_unused_input="ignore"
+    )
 
 
 @contextmanager
@@ -230,9 +265,13 @@ def observe_reference(spec: WhileGraphSpec) -> ReferenceObservation:
         return ReferenceObservation(invalid=failure)
     with _quiet():
         reference = _call_each(reference_fn, graph)
-        rewritten = _compile_and_call_each(partial(_pytensor_function, graph, REWRITTEN_MODE), graph)
+        rewritten = _compile_and_call_each(
+            partial(_pytensor_function, graph, REWRITTEN_MODE), graph
+        )
     return ReferenceObservation(
-        reference, rewritten, [_truth_outcome(spec, values) for values in graph.calls],
+        reference,
+        rewritten,
+        [_truth_outcome(spec, values) for values in graph.calls],
         tuple(output.type.dtype for output in graph.outputs),
     )
 
@@ -268,9 +307,12 @@ def _takes_every_spec(spec: WhileGraphSpec) -> str:
 def _backend_mode(name: str, description: str) -> DifferentialMode:
     backend = BACKENDS[name]
     return DifferentialMode(
-        name, description, backend.host_only,
+        name,
+        description,
+        backend.host_only,
         lambda graph, device: _pytensor_function(graph, backend.make_mode(device)),
-        backend.device_scope, _takes_every_spec,
+        backend.device_scope,
+        _takes_every_spec,
     )
 
 
@@ -290,7 +332,10 @@ def _jaxified_not_applicable(spec: WhileGraphSpec) -> str:
     if importlib.util.find_spec("pymc") is None:
         return "PyMC is not installed (pip install pymc): get_jaxified_graph is PyMC's"
     if spec.loop.rng:
-        return "get_jaxified_graph refuses shared random generators " "(PyMC's ValueError); its samplers never pass one"
+        return (
+            "get_jaxified_graph refuses shared random generators "
+            "(PyMC's ValueError); its samplers never pass one"
+        )
     return ""
 
 
@@ -300,11 +345,17 @@ DIFFERENTIAL_MODES: dict[str, DifferentialMode] = {
         _backend_mode("jax", 'mode="JAX_GPU"'),
         _backend_mode("jax-registered", 'stock mode="JAX" with gpubackend\'s registrations'),
         DifferentialMode(
-            "jaxified", "jax.jit(pymc.sampling.jax.get_jaxified_graph(...)), as numpyro and blackjax run it",
-            False, _compile_jaxified, _jaxified_scope, _jaxified_not_applicable,
+            "jaxified",
+            "jax.jit(pymc.sampling.jax.get_jaxified_graph(...)), as numpyro and blackjax run it",
+            False,
+            _compile_jaxified,
+            _jaxified_scope,
+            _jaxified_not_applicable,
         ),
         _backend_mode("numba", 'mode="NUMBA"'),
-        _backend_mode("jax-stock", "PyTensor's own JAX mode, none of gpubackend's lowerings (a baseline)"),
+        _backend_mode(
+            "jax-stock", "PyTensor's own JAX mode, none of gpubackend's lowerings (a baseline)"
+        ),
     )
 }
 DEFAULT_MODES = ("jax", "jax-registered", "jaxified", "numba")
@@ -349,8 +400,14 @@ def _raised_inside_as(got: Outcome, expected: Outcome) -> bool:
     return bool(got.checked_as) and expected.values is None and got.checked_as == expected.family
 
 
-def _call_verdict(spec: WhileGraphSpec, index: int, got: Outcome, oracles: ReferenceObservation) -> Verdict:
-    reference, rewritten, numpy_truth = oracles.reference[index], oracles.rewritten[index], oracles.truth[index]
+def _call_verdict(
+    spec: WhileGraphSpec, index: int, got: Outcome, oracles: ReferenceObservation
+) -> Verdict:
+    reference, rewritten, numpy_truth = (
+        oracles.reference[index],
+        oracles.rewritten[index],
+        oracles.truth[index],
+    )
     expected = numpy_truth or reference
     label = _call_label(spec, index)
     if got.refused:
@@ -362,11 +419,19 @@ def _call_verdict(spec: WhileGraphSpec, index: int, got: Outcome, oracles: Refer
     reference_wrong = numpy_truth is not None and not same_outcome(reference, numpy_truth)
     rewrites_wrong = not same_outcome(rewritten, reference)
     if reference_wrong or rewrites_wrong:
-        for name, oracle in (("FAST_COMPILE", reference), ("the FAST_RUN-rewritten graph", rewritten)):
+        for name, oracle in (
+            ("FAST_COMPILE", reference),
+            ("the FAST_RUN-rewritten graph", rewritten),
+        ):
             if same_outcome(got, oracle, oracles.dtypes) or _raised_inside_as(got, oracle):
-                hint = UPSTREAM_BUGS.get(upstream_hint(spec), "a PyTensor bug not listed in UPSTREAM_BUGS")
-                return Verdict(UPSTREAM, f"{label}: {got.describe()}, as {name} does; expected "
-                               f"{expected.describe()}; upstream: {hint}")
+                hint = UPSTREAM_BUGS.get(
+                    upstream_hint(spec), "a PyTensor bug not listed in UPSTREAM_BUGS"
+                )
+                return Verdict(
+                    UPSTREAM,
+                    f"{label}: {got.describe()}, as {name} does; expected "
+                    f"{expected.describe()}; upstream: {hint}",
+                )
     detail = f"{label}: expected {expected.describe()}, got {got.describe()}"
     if got.values is not None:
         return Verdict(SILENT_WRONG, detail)
@@ -376,7 +441,9 @@ def _call_verdict(spec: WhileGraphSpec, index: int, got: Outcome, oracles: Refer
     return Verdict(RAW_ERROR, detail)
 
 
-def classify(spec: WhileGraphSpec, oracles: ReferenceObservation, observation: Observation) -> Verdict:
+def classify(
+    spec: WhileGraphSpec, oracles: ReferenceObservation, observation: Observation
+) -> Verdict:
     """A mode's verdict on a spec: its worst call's."""
     if observation.crash:
         return Verdict(CRASH, observation.crash)
@@ -384,7 +451,9 @@ def classify(spec: WhileGraphSpec, oracles: ReferenceObservation, observation: O
         return Verdict(NOT_APPLICABLE, observation.not_applicable)
     if observation.invalid:
         return Verdict(RAW_ERROR, observation.invalid)
-    verdicts = [_call_verdict(spec, index, got, oracles) for index, got in enumerate(observation.outcomes)]
+    verdicts = [
+        _call_verdict(spec, index, got, oracles) for index, got in enumerate(observation.outcomes)
+    ]
     return min(verdicts, key=lambda verdict: _SEVERITY.index(verdict.status))
 
 
@@ -418,7 +487,9 @@ class DifferentialReport:
         for result in self.results:
             if result.invalid:
                 continue
-            per_column = counts.setdefault(result.case_class, {column: Counter() for column in self.columns})
+            per_column = counts.setdefault(
+                result.case_class, {column: Counter() for column in self.columns}
+            )
             for column, verdict in result.verdicts.items():
                 per_column[column][verdict.status] += 1
         return {
@@ -441,7 +512,9 @@ class DifferentialReport:
     def failed(self) -> bool:
         """A failing verdict, or a spec without a reference (the generator's fault)."""
         return bool(self.invalid) or any(
-            verdict.status in FAILING for result in self.results for verdict in result.verdicts.values()
+            verdict.status in FAILING
+            for result in self.results
+            for verdict in result.verdicts.values()
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -460,7 +533,9 @@ class DifferentialReport:
     def from_json(cls, data: dict[str, Any]) -> DifferentialReport:
         results = []
         for result in data["results"]:
-            verdicts = {column: Verdict(**verdict) for column, verdict in result["verdicts"].items()}
+            verdicts = {
+                column: Verdict(**verdict) for column, verdict in result["verdicts"].items()
+            }
             results.append(SpecResult(**{**result, "verdicts": verdicts}))
         return cls(data["environment"], data["columns"], results, data["seconds"])
 
@@ -470,17 +545,29 @@ def spec_name(spec: WhileGraphSpec, index: int) -> str:
 
 
 def _expected_summary(oracles: ReferenceObservation) -> str:
-    expected = [truth or reference for truth, reference in zip(oracles.truth, oracles.reference, strict=True)]
-    return ", ".join("value" if outcome.values is not None else outcome.error for outcome in expected)
+    expected = [
+        truth or reference
+        for truth, reference in zip(oracles.truth, oracles.reference, strict=True)
+    ]
+    return ", ".join(
+        "value" if outcome.values is not None else outcome.error for outcome in expected
+    )
 
 
 def spec_result(
-    name: str, spec: WhileGraphSpec, oracles: ReferenceObservation, observations: dict[str, Observation]
+    name: str,
+    spec: WhileGraphSpec,
+    oracles: ReferenceObservation,
+    observations: dict[str, Observation],
 ) -> SpecResult:
-    result = SpecResult(name, repr(spec), case_class(spec), loop_family(spec), invalid=oracles.invalid)
+    result = SpecResult(
+        name, repr(spec), case_class(spec), loop_family(spec), invalid=oracles.invalid
+    )
     if not oracles.invalid:
         result.expected = _expected_summary(oracles)
-        result.verdicts = {column: classify(spec, oracles, seen) for column, seen in observations.items()}
+        result.verdicts = {
+            column: classify(spec, oracles, seen) for column, seen in observations.items()
+        }
     return result
 
 
@@ -509,10 +596,13 @@ def run_differential(
     pairs = mode_device_pairs(modes, devices)
     columns = [column_name(mode, device) for mode, device in pairs]
     # Per stream: its name, what a worker runs per spec, and what a worker's death gives.
-    streams: list[tuple[str, Callable[[WhileGraphSpec], Any], Callable[[WhileGraphSpec, int, str], Any]]]
+    streams: list[
+        tuple[str, Callable[[WhileGraphSpec], Any], Callable[[WhileGraphSpec, int, str], Any]]
+    ]
     streams = [("reference", observe_reference, _reference_crash)]
     streams += [
-        (column, partial(observe_mode, *pair), _mode_crash) for column, pair in zip(columns, pairs, strict=True)
+        (column, partial(observe_mode, *pair), _mode_crash)
+        for column, pair in zip(columns, pairs, strict=True)
     ]
     # NUMBA compiles for seconds where JAX traces in milliseconds: its chunks start first.
     tasks = [(stream, start, chunk) for stream in streams for start, chunk in _chunks(specs, CHUNK)]
@@ -522,7 +612,9 @@ def run_differential(
 
         def run_task(stream: tuple[str, Callable, Callable], start: int, chunk: Sequence) -> None:
             name, observe, on_crash = stream
-            observations = run_in_workers(chunk, observe, on_crash, lambda observation: advance(name))
+            observations = run_in_workers(
+                chunk, observe, on_crash, lambda observation: advance(name)
+            )
             seen[name][start : start + len(observations)] = observations
 
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
@@ -531,17 +623,23 @@ def run_differential(
     report = DifferentialReport(environment(devices, label), columns)
     for index, spec in enumerate(specs):
         observations = {column: seen[column][index] for column in columns}
-        report.results.append(spec_result(spec_name(spec, index), spec, seen["reference"][index], observations))
+        report.results.append(
+            spec_result(spec_name(spec, index), spec, seen["reference"][index], observations)
+        )
     report.seconds = round(time.perf_counter() - started, 1)
     return report
 
 
 def _reference_crash(spec: WhileGraphSpec, returncode: int, log_tail: str) -> ReferenceObservation:
-    return ReferenceObservation(invalid=f"the reference's worker died: {describe_exit(returncode)}\n{log_tail}")
+    return ReferenceObservation(
+        invalid=f"the reference's worker died: {describe_exit(returncode)}\n{log_tail}"
+    )
 
 
 def _mode_crash(spec: WhileGraphSpec, returncode: int, log_tail: str) -> Observation:
-    return Observation(crash=f"the worker process running this graph died: {describe_exit(returncode)}\n{log_tail}")
+    return Observation(
+        crash=f"the worker process running this graph died: {describe_exit(returncode)}\n{log_tail}"
+    )
 
 
 def check_in_process(
@@ -553,5 +651,6 @@ def check_in_process(
     if oracles.invalid:
         return oracles, {}
     return oracles, {
-        column_name(mode, device): classify(spec, oracles, observe_mode(mode, device, spec)) for mode, device in modes
+        column_name(mode, device): classify(spec, oracles, observe_mode(mode, device, spec))
+        for mode, device in modes
     }

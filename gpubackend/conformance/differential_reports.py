@@ -24,14 +24,24 @@ from gpubackend.conformance.while_scan_graphs import CLASSES, UPSTREAM_BUGS, dra
 
 BASENAME = "while_scan_differential"
 SHORT = {
-    "pass": "pass", "checked": "checked", "refused": "refused", "upstream": "upstream", "n/a": "n/a",
-    "silent-wrong": "SW", "wrong-error": "WE", "raw-error": "RE", "crash": "CRASH",
+    "pass": "pass",
+    "checked": "checked",
+    "refused": "refused",
+    "upstream": "upstream",
+    "n/a": "n/a",
+    "silent-wrong": "SW",
+    "wrong-error": "WE",
+    "raw-error": "RE",
+    "crash": "CRASH",
 }
 LEGEND = (
-    "SW silent-wrong (a value where the reference raises, or " "another value), WE wrong-error (another error type), "
+    "SW silent-wrong (a value where the reference raises, or "
+    "another value), WE wrong-error (another error type), "
     "RE raw-error (an error where the reference returns a value, or at compile time anything but "
-    "DataDependentLengthError), CRASH (the worker died); " "refused: DataDependentLengthError; checked: raised inside "
-    "the computation, JAX's runtime error naming the " "reference's error type (paths that do not own the call); "
+    "DataDependentLengthError), CRASH (the worker died); "
+    "refused: DataDependentLengthError; checked: raised inside "
+    "the computation, JAX's runtime error naming the "
+    "reference's error type (paths that do not own the call); "
     "upstream: a PyTensor bug, the mode doing what PyTensor does"
 )
 SHOWN_FAILURES = 40
@@ -41,13 +51,19 @@ passes."""
 
 def cell(counts: dict[str, int]) -> str:
     """``12 pass, 2 refused, 1 SW``: the non-zero counts, in `STATUSES` order."""
-    return ", ".join(f"{counts[status]} {SHORT[status]}" for status in STATUSES if counts.get(status)) or "—"
+    return (
+        ", ".join(f"{counts[status]} {SHORT[status]}" for status in STATUSES if counts.get(status))
+        or "—"
+    )
 
 
 def _rows(report: DifferentialReport) -> list[tuple[str, list[str]]]:
     counts = report.counts()
-    rows = [(case_class, [cell(counts[case_class][column]) for column in report.columns])
-            for case_class in CLASSES if case_class in counts]
+    rows = [
+        (case_class, [cell(counts[case_class][column]) for column in report.columns])
+        for case_class in CLASSES
+        if case_class in counts
+    ]
     totals = report.totals()
     rows.append(("total", [cell(totals[column]) for column in report.columns]))
     return rows
@@ -68,7 +84,11 @@ def counts_tables(report: DifferentialReport) -> list[Table]:
         table.add_column("class")
         for status in STATUSES:
             table.add_column(SHORT[status], justify="right")
-        rows = [(case_class, counts[case_class][column]) for case_class in CLASSES if case_class in counts]
+        rows = [
+            (case_class, counts[case_class][column])
+            for case_class in CLASSES
+            if case_class in counts
+        ]
         for case_class, per_status in [*rows, ("total", totals[column])]:
             cells = [str(per_status.get(status, "")) for status in STATUSES]
             table.add_row(case_class, *cells, style="bold" if case_class == "total" else None)
@@ -92,12 +112,16 @@ def to_markdown(report: DifferentialReport) -> str:
     lines += [f"- {line}" for line in environment_lines(report.environment)]
     lines += [f"- {_graph_counts(report)}", "", "| class | " + " | ".join(report.columns) + " |"]
     lines.append("|---|" + "---|" * len(report.columns))
-    lines += [f"| {case_class} | " + " | ".join(cells) + " |" for case_class, cells in _rows(report)]
+    lines += [
+        f"| {case_class} | " + " | ".join(cells) + " |" for case_class, cells in _rows(report)
+    ]
     lines += ["", LEGEND, "", "## Upstream PyTensor bugs the oracles tell apart", ""]
     lines += [f"- `{key}`: {text}" for key, text in UPSTREAM_BUGS.items()]
     if report.invalid:
         lines += ["", "## Graphs without a reference", ""]
-        lines += [f"- **{result.name}** `{result.spec}`: {result.invalid}" for result in report.invalid]
+        lines += [
+            f"- **{result.name}** `{result.spec}`: {result.invalid}" for result in report.invalid
+        ]
     not_passing = _not_passing(report)
     if not_passing:
         lines += ["", "## Not passing", ""]
@@ -117,7 +141,9 @@ def write_differential_reports(report: DifferentialReport, out_dir: str | Path) 
     return paths
 
 
-def print_differential_summary(report: DifferentialReport, paths: dict[str, Path], console: Console) -> None:
+def print_differential_summary(
+    report: DifferentialReport, paths: dict[str, Path], console: Console
+) -> None:
     """The counts per mode, the first failing verdicts, and where the reports (with every verdict)
     are."""
     console.print(f"[bold]while-Scan differential[/bold]: {_graph_counts(report)}")
@@ -131,7 +157,10 @@ def print_differential_summary(report: DifferentialReport, paths: dict[str, Path
         console.print(f"  [red]{status}[/red] {escape(f'{result.name} on {column}: {detail}')}")
     if len(failing) > SHOWN_FAILURES:
         console.print(f"  ... {len(failing) - SHOWN_FAILURES} more failing verdicts")
-    console.print("every verdict that is not a pass, refusals and " f"upstream bugs included, is in {paths['md']}")
+    console.print(
+        "every verdict that is not a pass, refusals and "
+        f"upstream bugs included, is in {paths['md']}"
+    )
     console.print("reports: " + ", ".join(str(path) for path in paths.values()))
 
 
@@ -145,7 +174,9 @@ def run_differential_and_report(
     progress: bool = True,
 ) -> DifferentialReport:
     """Draw ``count`` while-Scan graphs, run them differentially, write and print the reports."""
-    report = run_differential(draw_while_specs(count), modes, devices, label=label, progress=progress)
+    report = run_differential(
+        draw_while_specs(count), modes, devices, label=label, progress=progress
+    )
     paths = write_differential_reports(report, out_dir)
     print_differential_summary(report, paths, console or Console(stderr=True, soft_wrap=True))
     return report

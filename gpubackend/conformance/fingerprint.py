@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pytensor.graph.basic import Variable
 from pytensor.graph.op import HasMultipleInnerGraph, Op
 
-NodeRecord = tuple[int, int, tuple[int, ...], tuple[int, ...], tuple[tuple[int, tuple[int, ...]], ...]]
+NodeRecord = tuple[
+    int, int, tuple[int, ...], tuple[int, ...], tuple[tuple[int, tuple[int, ...]], ...]
+]
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,9 @@ def inner_graph_ops(outputs: Iterable[Variable]) -> list[HasMultipleInnerGraph]:
 
 
 def _node_record(node) -> NodeRecord:
-    destroy_map = tuple(sorted((out, tuple(ins)) for out, ins in getattr(node.op, "destroy_map", {}).items()))
+    destroy_map = tuple(
+        sorted((out, tuple(ins)) for out, ins in getattr(node.op, "destroy_map", {}).items())
+    )
     return (
         id(node),
         id(node.op),
@@ -84,9 +88,12 @@ def _node_record(node) -> NodeRecord:
 def op_record(op: HasMultipleInnerGraph) -> OpRecord:
     nodes = {name: graph.toposort() for name, graph in op.inner_graphs.items()}
     graphs = tuple(
-        (name, id(graph), tuple(map(_node_record, nodes[name]))) for name, graph in op.inner_graphs.items()
+        (name, id(graph), tuple(map(_node_record, nodes[name])))
+        for name, graph in op.inner_graphs.items()
     )
-    return OpRecord(id(op), f"{type(op).__name__}({op})", hash(op), graphs, (op, op.inner_graphs, nodes))
+    return OpRecord(
+        id(op), f"{type(op).__name__}({op})", hash(op), graphs, (op, op.inner_graphs, nodes)
+    )
 
 
 def fingerprint(outputs: Iterable[Variable]) -> Fingerprint:
@@ -105,7 +112,9 @@ def describe_difference(before: Fingerprint, after: Fingerprint) -> str | None:
             continue
         if old.op_hash != new.op_hash:
             return f"{old.op_repr}: op hash changed"
-        for (name, old_id, old_nodes), (_, new_id, new_nodes) in zip(old.graphs, new.graphs, strict=False):
+        for (name, old_id, old_nodes), (_, new_id, new_nodes) in zip(
+            old.graphs, new.graphs, strict=False
+        ):
             if old_id != new_id:
                 return f"{old.op_repr}: inner graph {name or 'fgraph'!r} was replaced"
             if old_nodes != new_nodes:

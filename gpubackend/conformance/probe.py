@@ -39,7 +39,10 @@ class PhaseCounts:
         return self.rewrites == 0 and self.compilations == 0 and self.graphs_built == 0
 
     def describe(self) -> str:
-        text = f"{self.rewrites} rewriter runs, {self.compilations} " f"nested compilations, {self.graphs_built} FunctionGraphs built"
+        text = (
+            f"{self.rewrites} rewriter runs, {self.compilations} "
+            f"nested compilations, {self.graphs_built} FunctionGraphs built"
+        )
         if self.rewriter_names:
             text += f" (e.g. {', '.join(sorted(set(self.rewriter_names))[:3])})"
         return text
@@ -72,7 +75,10 @@ class RewriteFreeProbe:
                         if isinstance(method, FunctionType):
                             originals.append((cls, name, method))
                             setattr(cls, name, self._counting_rewriter(method, cls.__name__))
-            for name, wrap in (("__init__", self._watching_init), ("create", self._watching_create)):
+            for name, wrap in (
+                ("__init__", self._watching_init),
+                ("create", self._watching_create),
+            ):
                 method = FunctionMaker.__dict__[name]
                 originals.append((FunctionMaker, name, method))
                 setattr(FunctionMaker, name, wrap(method))

@@ -27,7 +27,11 @@ from gpubackend.conformance.results import (
 BASENAME = "conformance"
 
 _STATUS_MARK = {
-    PASS: "✅ pass", FAIL: "❌ fail", UNSUPPORTED: "⚪ unsupported", OBJECT_MODE: "🟡 object-mode", CRASH: "💥 crash"
+    PASS: "✅ pass",
+    FAIL: "❌ fail",
+    UNSUPPORTED: "⚪ unsupported",
+    OBJECT_MODE: "🟡 object-mode",
+    CRASH: "💥 crash",
 }
 
 
@@ -75,7 +79,9 @@ def merge_reports(reports: Sequence[Report]) -> Report:
     merged = Report(environment)
     for index, report in enumerate(reports, start=1):
         for result in report.results:
-            merged.results.append(dataclasses.replace(result, runner=result.runner or f"runner{index}"))
+            merged.results.append(
+                dataclasses.replace(result, runner=result.runner or f"runner{index}")
+            )
     return merged
 
 
@@ -106,17 +112,28 @@ def to_junit(report: Report) -> ET.Element:
         )
         for result in results:
             case = ET.SubElement(
-                suite, "testcase", classname=f"conformance.{result.family}", name=f"{result.case}[{column}]",
+                suite,
+                "testcase",
+                classname=f"conformance.{result.family}",
+                name=f"{result.case}[{column}]",
                 time=f"{result.seconds:.3f}",
             )
             if result.status == FAIL:
-                failure = ET.SubElement(case, "failure", message=result.summary_line()[:500], type="conformance")
-                failure.text = "\n".join(f"{c.name}: {'ok' if c.ok else 'FAILED'} - {c.detail}" for c in result.checks)
+                failure = ET.SubElement(
+                    case, "failure", message=result.summary_line()[:500], type="conformance"
+                )
+                failure.text = "\n".join(
+                    f"{c.name}: {'ok' if c.ok else 'FAILED'} - {c.detail}" for c in result.checks
+                )
             elif result.status == CRASH:
-                error = ET.SubElement(case, "error", message=result.summary_line()[:500], type="crash")
+                error = ET.SubElement(
+                    case, "error", message=result.summary_line()[:500], type="crash"
+                )
                 error.text = result.log_tail
             elif result.status in (UNSUPPORTED, OBJECT_MODE):
-                ET.SubElement(case, "skipped", message=f"{result.status}: {result.summary_line()[:500]}")
+                ET.SubElement(
+                    case, "skipped", message=f"{result.status}: {result.summary_line()[:500]}"
+                )
     return suites
 
 
@@ -124,8 +141,13 @@ def environment_lines(environment: dict) -> list[str]:
     runners = environment.get("merged_from", [environment])
     lines = []
     for env in runners:
-        devices = ", ".join(f"{spec} = {info['device']}" for spec, info in env.get("devices", {}).items())
-        versions = ", ".join(f"{name} {env.get(name)}" for name in ("python", "pytensor", "jax", "numba", "gpubackend"))
+        devices = ", ".join(
+            f"{spec} = {info['device']}" for spec, info in env.get("devices", {}).items()
+        )
+        versions = ", ".join(
+            f"{name} {env.get(name)}"
+            for name in ("python", "pytensor", "jax", "numba", "gpubackend")
+        )
         lines.append(f"{env.get('label') or 'runner'}: {versions}; devices: {devices}")
     return lines
 
@@ -142,7 +164,9 @@ def to_markdown(report: Report) -> str:
     lines.append("| case | " + " | ".join(columns) + " |")
     lines.append("|---|" + "---|" * len(columns))
     for case in cases:
-        row = [_STATUS_MARK[cells[(case, c)].status] if (case, c) in cells else "—" for c in columns]
+        row = [
+            _STATUS_MARK[cells[(case, c)].status] if (case, c) in cells else "—" for c in columns
+        ]
         lines.append(f"| {case} | " + " | ".join(row) + " |")
     per_column = report.summary()["per_column"]
     lines.append("| **total** | " + " | ".join(_counts_text(per_column[c]) for c in columns) + " |")
@@ -153,7 +177,13 @@ def to_markdown(report: Report) -> str:
         for r in details:
             lines.append(f"- **{r.case}** on {r.column}: {r.status} — {r.summary_line()}")
             if r.log_tail:
-                lines += ["", "  ```text", *(f"  {line}" for line in r.log_tail.splitlines()), "  ```", ""]
+                lines += [
+                    "",
+                    "  ```text",
+                    *(f"  {line}" for line in r.log_tail.splitlines()),
+                    "  ```",
+                    "",
+                ]
     return "\n".join(lines) + "\n"
 
 
@@ -220,9 +250,13 @@ def _html_cell(result: CaseResult) -> str:
         items += "".join(f"<li><b>{esc(c.name)}</b>: {esc(c.detail)}</li>" for c in shown)
         lines.append(f"<ul class='detail'>{items}</ul>")
         if result.log_tail:
-            lines.append("<details class='detail'><summary>worker log (tail)</summary><pre " f"class='log'>{esc(result.log_tail)}</pre></details>")
-    all_checks = "".join(f"<li>{'✔' if c.ok else '✘'} {esc(c.name)}: {esc(c.detail)}</li>" for c in result.checks)
+            lines.append(
+                "<details class='detail'><summary>worker log (tail)</summary><pre "
+                f"class='log'>{esc(result.log_tail)}</pre></details>"
+            )
+    all_checks = "".join(
+        f"<li>{'✔' if c.ok else '✘'} {esc(c.name)}: {esc(c.detail)}</li>" for c in result.checks
+    )
     summary = f"<summary>checks ({result.seconds:.1f} s)</summary>"
     lines.append(f"<details class='detail'>{summary}<ul>{all_checks}</ul></details>")
     return f"<td class='{esc(result.status)}'>{''.join(lines)}</td>"
-

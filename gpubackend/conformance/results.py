@@ -49,7 +49,9 @@ class CaseResult:
     def host_reads_per_call(self) -> int | None:
         """Explicit device-to-host reads per warm call, where the case was measured (JAX
         backends)."""
-        return next((check.host_reads for check in self.checks if check.host_reads is not None), None)
+        return next(
+            (check.host_reads for check in self.checks if check.host_reads is not None), None
+        )
 
     @property
     def failed_checks(self) -> list[CheckResult]:
@@ -57,13 +59,21 @@ class CaseResult:
 
     def summary_line(self) -> str:
         """One line: why the case is not passing (the status detail, then failing checks)."""
-        problems = [f"{check.name}: {check.detail}" for check in self.failed_checks if check.detail not in self.detail]
+        problems = [
+            f"{check.name}: {check.detail}"
+            for check in self.failed_checks
+            if check.detail not in self.detail
+        ]
         return "; ".join(filter(None, [self.detail, *problems])) or "all checks ok"
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CaseResult:
         checks = [CheckResult(**check) for check in data.get("checks", [])]
-        fields = {key: value for key, value in data.items() if key in cls.__dataclass_fields__ and key != "checks"}
+        fields = {
+            key: value
+            for key, value in data.items()
+            if key in cls.__dataclass_fields__ and key != "checks"
+        }
         if fields.get("batch_axes") is not None:
             fields["batch_axes"] = tuple(fields["batch_axes"])
         return cls(checks=checks, **fields)
@@ -82,7 +92,8 @@ class Report:
         return {
             "total": {status: totals.get(status, 0) for status in STATUSES},
             "per_column": {
-                column: {status: counts.get(status, 0) for status in STATUSES} for column, counts in per_column.items()
+                column: {status: counts.get(status, 0) for status in STATUSES}
+                for column, counts in per_column.items()
             },
         }
 
@@ -111,4 +122,6 @@ class Report:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Report:
-        return cls(data["environment"], [CaseResult.from_json(result) for result in data["results"]])
+        return cls(
+            data["environment"], [CaseResult.from_json(result) for result in data["results"]]
+        )

@@ -51,7 +51,8 @@ REFERENCE_MODE = "FAST_COMPILE"
 """PyTensor's Python backend: the independent reference where a case has no closed form."""
 
 _UNSUPPORTED_MESSAGE = re.compile(
-    r"No JAX conversion|Dispatch not implemented|cannot yet be converted|not (yet )?implemented", re.IGNORECASE
+    r"No JAX conversion|Dispatch not implemented|cannot yet be converted|not (yet )?implemented",
+    re.IGNORECASE,
 )
 _OBJECT_MODE_MESSAGE = re.compile(r"object mode", re.IGNORECASE)
 
@@ -79,7 +80,9 @@ def prepare(case: Case) -> PreparedCase:
             reference_fn = _compile(graph, REFERENCE_MODE)
             reference = host_copy(reference_fn(*graph.values))
     except Exception as error:  # noqa: BLE001 - reported as the case's failure
-        return PreparedCase(case, None, None, f"building the case or its reference failed: {error_summary(error)}")
+        return PreparedCase(
+            case, None, None, f"building the case or its reference failed: {error_summary(error)}"
+        )
     return PreparedCase(case, graph, [np.asarray(r) for r in reference])
 
 
@@ -91,7 +94,9 @@ def _compile(graph: CaseGraph, mode: Mode | str) -> Function:
 def run_on(prepared: PreparedCase, backend: Backend, device: str) -> CaseResult:
     """Compile once on ``backend``/``device``, call twice, and run every check on that function."""
     case = prepared.case
-    result = CaseResult(case.name, case.family, backend.name, device, FAIL, batch_axes=case.batch_axes)
+    result = CaseResult(
+        case.name, case.family, backend.name, device, FAIL, batch_axes=case.batch_axes
+    )
     started = time.perf_counter()
     try:
         if prepared.graph is None or prepared.reference is None:
@@ -104,7 +109,12 @@ def run_on(prepared: PreparedCase, backend: Backend, device: str) -> CaseResult:
 
 
 def _compile_call_and_check(
-    case: Case, graph: CaseGraph, reference: list[np.ndarray], backend: Backend, device: str, result: CaseResult
+    case: Case,
+    graph: CaseGraph,
+    reference: list[np.ndarray],
+    backend: Backend,
+    device: str,
+    result: CaseResult,
 ) -> None:
     before = fingerprint(graph.outputs)
     probe = RewriteFreeProbe()
@@ -121,7 +131,10 @@ def _compile_call_and_check(
                     second_raw = fn(*graph.values)
                     second = host_copy(second_raw)
                     resident = (
-                        guarded("resident", lambda: check_resident(fn, graph, device, second_raw, case.host_reads))
+                        guarded(
+                            "resident",
+                            lambda: check_resident(fn, graph, device, second_raw, case.host_reads),
+                        )
                         if backend.device_resident
                         else None
                     )
@@ -139,7 +152,13 @@ def _compile_call_and_check(
     ]
     if resident is not None:
         result.checks.append(resident)
-    object_mode = sorted({str(w.message).split(". ")[0] for w in caught if _OBJECT_MODE_MESSAGE.search(str(w.message))})
+    object_mode = sorted(
+        {
+            str(w.message).split(". ")[0]
+            for w in caught
+            if _OBJECT_MODE_MESSAGE.search(str(w.message))
+        }
+    )
     if object_mode and numerics.ok:
         result.status = OBJECT_MODE
         result.detail = "; ".join(object_mode)
@@ -154,19 +173,31 @@ def run_case(backend: str, device: str, label: str, case: Case) -> CaseResult:
     return result
 
 
-def crash_result(case: Case, backend: str, device: str, label: str, returncode: int, log_tail: str) -> CaseResult:
+def crash_result(
+    case: Case, backend: str, device: str, label: str, returncode: int, log_tail: str
+) -> CaseResult:
     return CaseResult(
-        case.name, case.family, backend, device, CRASH,
+        case.name,
+        case.family,
+        backend,
+        device,
+        CRASH,
         detail=f"the worker process running this case died: {describe_exit(returncode)}",
-        runner=label, batch_axes=case.batch_axes, log_tail=log_tail,
+        runner=label,
+        batch_axes=case.batch_axes,
+        log_tail=log_tail,
     )
 
 
-def _run_pair(cases: Sequence[Case], backend: str, device: str, label: str, on_result) -> list[CaseResult]:
+def _run_pair(
+    cases: Sequence[Case], backend: str, device: str, label: str, on_result
+) -> list[CaseResult]:
     return run_in_workers(
         cases,
         partial(run_case, backend, device, label),
-        lambda case, returncode, log_tail: crash_result(case, backend, device, label, returncode, log_tail),
+        lambda case, returncode, log_tail: crash_result(
+            case, backend, device, label, returncode, log_tail
+        ),
         on_result,
     )
 
@@ -192,7 +223,10 @@ def run_cases(
             advance(f"{result.case} · {result.backend} @ {result.device}: {result.status}")
 
         with ThreadPoolExecutor(max_workers=min(len(pairs), os.cpu_count() or 1) or 1) as pool:
-            runs = [pool.submit(_run_pair, cases, backend.name, device, label, on_result) for backend, device in pairs]
+            runs = [
+                pool.submit(_run_pair, cases, backend.name, device, label, on_result)
+                for backend, device in pairs
+            ]
             per_pair = [run.result() for run in runs]
     # Case by case, as the matrix reads.
     report.results = [results[position] for position in range(len(cases)) for results in per_pair]
@@ -236,7 +270,9 @@ def run_and_report(
 ) -> int:
     """Run the suite, write every report to ``out_dir``, print the summary; 1 when any case fails or
     crashes, else 0."""
-    report = run_suite(backends, devices, label=label, cases=cases, generated=generated, progress=progress)
+    report = run_suite(
+        backends, devices, label=label, cases=cases, generated=generated, progress=progress
+    )
     paths = write_reports(report, out_dir)
     print_summary(report, paths, console or Console(stderr=True, soft_wrap=True))
     return 1 if report.failed else 0

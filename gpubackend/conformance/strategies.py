@@ -26,8 +26,17 @@ from gpubackend.conformance.catalogue import Case, CaseGraph
 # right)
 Expression = tuple
 
-UNARY: dict[str, Callable[[Variable], Variable]] = {"sin": pt.sin, "cos": pt.cos, "tanh": pt.tanh, "neg": pt.neg}
-BINARY: dict[str, Callable[[Variable, Variable], Variable]] = {"add": pt.add, "sub": pt.sub, "mul": pt.mul}
+UNARY: dict[str, Callable[[Variable], Variable]] = {
+    "sin": pt.sin,
+    "cos": pt.cos,
+    "tanh": pt.tanh,
+    "neg": pt.neg,
+}
+BINARY: dict[str, Callable[[Variable, Variable], Variable]] = {
+    "add": pt.add,
+    "sub": pt.sub,
+    "mul": pt.mul,
+}
 STATE_SIZE = 3
 
 
@@ -124,7 +133,9 @@ def graph_specs() -> st.SearchStrategy[ScanSpec | OFGSpec]:
 
 def _inner_map(state: Variable) -> Variable:
     """A scan nested in the body: map over the state's elements."""
-    return pytensor.map(lambda element: pt.sin(element) * 0.5, sequences=[state], return_updates=False)
+    return pytensor.map(
+        lambda element: pt.sin(element) * 0.5, sequences=[state], return_updates=False
+    )
 
 
 def build_scan(spec: ScanSpec) -> CaseGraph:
@@ -141,14 +152,20 @@ def build_scan(spec: ScanSpec) -> CaseGraph:
 
     leaf_templates = [pt.vector(f"leaf{i}") for i in range(spec.n_leaves)]
     body_op = (
-        OpFromGraph(leaf_templates, [_bounded(spec.body, leaf_templates)], inline=False, name="shared_body")
+        OpFromGraph(
+            leaf_templates, [_bounded(spec.body, leaf_templates)], inline=False, name="shared_body"
+        )
         if spec.shared_ofg
         else None
     )
 
     def body(*args: Variable) -> Variable:
         # scan passes sequences first, then taps, then non-sequences; leaves are taps, sequence, w
-        sequence_args, tap_args, (w_arg,) = args[: len(sequences)], args[len(sequences) : -1], args[-1:]
+        sequence_args, tap_args, (w_arg,) = (
+            args[: len(sequences)],
+            args[len(sequences) : -1],
+            args[-1:],
+        )
         leaves = [*tap_args, *sequence_args, w_arg]
         step = body_op(*leaves) if body_op is not None else _bounded(spec.body, leaves)
         if spec.nested:
@@ -202,7 +219,10 @@ def draw_specs(count: int) -> list[ScanSpec | OFGSpec]:
     specs: list[ScanSpec | OFGSpec] = []
 
     @settings(
-        max_examples=count * 3, derandomize=True, database=None, deadline=None,
+        max_examples=count * 3,
+        derandomize=True,
+        database=None,
+        deadline=None,
         suppress_health_check=list(HealthCheck),
     )
     @given(graph_specs())

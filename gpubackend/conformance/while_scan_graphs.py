@@ -61,8 +61,21 @@ NUMERIC_REDUCTIONS = ("sum", "prod", "mean", "max", "min")
 REDUCTIONS = (*NUMERIC_REDUCTIONS, "any", "all")
 """Every reduction reads a bool trace; a numeric trace gets `NUMERIC_REDUCTIONS`."""
 CONSUMERS = (
-    "reduce", "index", "slice", "step_input", "drop_last", "with_trace", "with_vector", "set_index", "set_slice",
-    "check_length", "zeros", "cumsum", "trace", "shape", "grad",
+    "reduce",
+    "index",
+    "slice",
+    "step_input",
+    "drop_last",
+    "with_trace",
+    "with_vector",
+    "set_index",
+    "set_slice",
+    "check_length",
+    "zeros",
+    "cumsum",
+    "trace",
+    "shape",
+    "grad",
 )
 """What reads the trace ``xs``: ``xs.op(axis)``; ``xs[k]`` (constant or input ``k``); ``xs[a:b:c]``;
 ``xs[::s]`` with ``s`` an input; ``xs[:xs.shape[0] - k]`` with ``k`` an input; elementwise with
@@ -71,22 +84,46 @@ another trace or with an input vector; ``set_subtensor``/``inc_subtensor`` at an
 ``zeros(xs.shape[0] - c)``; ``cumsum``; the trace itself; its shape; a gradient of a scalar read
 through the loop."""
 ARRAY_CONSUMERS = (
-    "slice", "step_input", "drop_last", "with_trace", "with_vector", "set_index", "set_slice", "check_length",
-    "zeros", "cumsum", "trace",
+    "slice",
+    "step_input",
+    "drop_last",
+    "with_trace",
+    "with_vector",
+    "set_index",
+    "set_slice",
+    "check_length",
+    "zeros",
+    "cumsum",
+    "trace",
 )
 """Consumers whose result is an array, which ``summed`` turns into a scalar of static shape."""
-BOOL_CONSUMERS = ("reduce", "index", "slice", "step_input", "drop_last", "check_length", "zeros", "trace", "shape")
+BOOL_CONSUMERS = (
+    "reduce",
+    "index",
+    "slice",
+    "step_input",
+    "drop_last",
+    "check_length",
+    "zeros",
+    "trace",
+    "shape",
+)
 INT_CONSUMERS = tuple(kind for kind in CONSUMERS if kind != "grad")
 GRADIENT_OF = ("sum", "last", "index", "slice")
 
 UPSTREAM_BUGS = {
-    "positive-index": "a constant positive index of a while-Scan " "trace is translated by PyTensor's rewrites as if "
+    "positive-index": "a constant positive index of a while-Scan "
+    "trace is translated by PyTensor's rewrites as if "
     "the trace had n_steps entries (a value, or another entry, where the trace is shorter)",
-    "negative-index-reads-initial-state": "a negative index " "past a while-Scan trace's start reads the loop's "
-    "initial state instead of raising IndexError (merged " "with the trace's [1:] in every mode, FAST_COMPILE too)",
-    "for-scan-past-sequence": "a for-Scan with more steps " "than its sequence has entries reads past the end "
+    "negative-index-reads-initial-state": "a negative index "
+    "past a while-Scan trace's start reads the loop's "
+    "initial state instead of raising IndexError (merged "
+    "with the trace's [1:] in every mode, FAST_COMPILE too)",
+    "for-scan-past-sequence": "a for-Scan with more steps "
+    "than its sequence has entries reads past the end "
     "once PyTensor's rewrites drop the length check",
-    "negative-zeros": "zeros(length - c) with a negative " "length is accepted: its shape is computed without the "
+    "negative-zeros": "zeros(length - c) with a negative "
+    "length is accepted: its shape is computed without the "
     "allocation and comes back negative",
 }
 """PyTensor bugs the differential runner finds in the reference or in the rewritten graph (README,
@@ -178,13 +215,28 @@ def case_class(spec: WhileGraphSpec) -> str:
     if consumer.kind == "with_vector":
         return "13" if consumer.variant == "mismatch" else "8"
     by_kind = {
-        "with_trace": "2", "set_index": "4", "set_slice": "5", "check_length": "6", "drop_last": "11", "zeros": "13",
+        "with_trace": "2",
+        "set_index": "4",
+        "set_slice": "5",
+        "check_length": "6",
+        "drop_last": "11",
+        "zeros": "13",
         "grad": "gradient",
     }
     return by_kind.get(consumer.kind, consumer.kind)
 
 
-CLASSES = (*map(str, range(1, 14)), "gradient", "rng", "reduction", "last-value", "slice", "cumsum", "trace", "shape")
+CLASSES = (
+    *map(str, range(1, 14)),
+    "gradient",
+    "rng",
+    "reduction",
+    "last-value",
+    "slice",
+    "cumsum",
+    "trace",
+    "shape",
+)
 """Every class `case_class` gives, in the order reports list them."""
 
 
@@ -202,7 +254,9 @@ def loop_family(spec: WhileGraphSpec) -> str:
 def upstream_hint(spec: WhileGraphSpec) -> str:
     """The key of the `UPSTREAM_BUGS` entry the spec can hit, or ``""``."""
     consumer = spec.consumer
-    indexed = consumer.kind in ("index", "set_index") or (consumer.kind == "grad" and consumer.op == "index")
+    indexed = consumer.kind in ("index", "set_index") or (
+        consumer.kind == "grad" and consumer.op == "index"
+    )
     if spec.chain == "for_sequence":
         return "for-scan-past-sequence"
     if consumer.kind == "zeros":
@@ -232,11 +286,20 @@ class Ops(DeclaresInputs, Protocol):
     ``.sum()``...)."""
 
     def constant(self, value: np.ndarray | np.generic): ...
-    def while_loop(self, step: Callable, init, depth: int, n_steps, sequence=None, n_outputs: int = 1,
-                   rng_seed: int | None = None) -> list:
+    def while_loop(
+        self,
+        step: Callable,
+        init,
+        depth: int,
+        n_steps,
+        sequence=None,
+        n_outputs: int = 1,
+        rng_seed: int | None = None,
+    ) -> list:
         """The traces of ``step(sequence_entry, taps, noise) -> (outputs, stop)``, run until
         ``stop`` or for ``n_steps``; ``noise`` is ``floor(uniform())`` from a generator seeded with
         ``rng_seed``, or None."""
+
     def map(self, fn: Callable, sequence, n_steps):
         """``fn`` of each of the first ``n_steps`` entries of ``sequence``: a for-Scan (too short a
         sequence raises)."""
@@ -268,7 +331,11 @@ class SymbolicOps:
         return pt.constant(value)
 
     def while_loop(self, step, init, depth, n_steps, sequence=None, n_outputs=1, rng_seed=None):
-        generator = None if rng_seed is None else pytensor.shared(np.random.default_rng(rng_seed), name="rng")
+        generator = (
+            None
+            if rng_seed is None
+            else pytensor.shared(np.random.default_rng(rng_seed), name="rng")
+        )
 
         def body(*scan_args):
             args = list(scan_args)
@@ -276,15 +343,24 @@ class SymbolicOps:
             taps, rest = args[:depth], args[depth:]
             noise, next_generator = None, None
             if generator is not None:
-                next_generator, draw = pt.random.uniform(size=taps[-1].shape, rng=rest[0], return_next_rng=True)
+                next_generator, draw = pt.random.uniform(
+                    size=taps[-1].shape, rng=rest[0], return_next_rng=True
+                )
                 noise = pt.floor(draw)
             outputs, stop = step(sequence_entry, taps, noise)
             return [*outputs, *([next_generator] if generator is not None else [])], until(stop)
 
         state = {"initial": init, "taps": [-2, -1]} if depth == 2 else init
-        outputs_info = [state, *[None] * (n_outputs - 1), *([generator] if generator is not None else [])]
+        outputs_info = [
+            state,
+            *[None] * (n_outputs - 1),
+            *([generator] if generator is not None else []),
+        ]
         results = pytensor.scan(
-            body, sequences=[] if sequence is None else [sequence], outputs_info=outputs_info, n_steps=n_steps,
+            body,
+            sequences=[] if sequence is None else [sequence],
+            outputs_info=outputs_info,
+            n_steps=n_steps,
             return_updates=False,
         )
         results = results if isinstance(results, list) else [results]
@@ -301,7 +377,10 @@ class SymbolicOps:
             return new_total if stop is None else (new_total, until(multiplier >= stop))
 
         totals = pytensor.scan(
-            body, sequences=[multipliers], outputs_info=[pt.constant(0.0, dtype="float64")], return_updates=False
+            body,
+            sequences=[multipliers],
+            outputs_info=[pt.constant(0.0, dtype="float64")],
+            return_updates=False,
         )
         return totals[-1]
 
@@ -321,7 +400,11 @@ class SymbolicOps:
         return pt.set_subtensor(xs[1:], value)
 
     def check(self, xs, ok, error):
-        raise_op = Assert("the trace is too short") if error == "Assert" else CheckAndRaise(ValueError, "too short")
+        raise_op = (
+            Assert("the trace is too short")
+            if error == "Assert"
+            else CheckAndRaise(ValueError, "too short")
+        )
         return raise_op(xs, ok)
 
     def zeros(self, length):
@@ -401,7 +484,11 @@ class NumericOps:
 
     def check(self, xs, ok, error):
         if not ok:
-            raise AssertionError("the trace is too short") if error == "Assert" else ValueError("too short")
+            raise (
+                AssertionError("the trace is too short")
+                if error == "Assert"
+                else ValueError("too short")
+            )
         return xs
 
     def zeros(self, length):
@@ -465,7 +552,9 @@ def input_names(spec: WhileGraphSpec) -> list[str]:
     return list(declare_inputs(spec, _Names()))
 
 
-def loop_traces(spec: WhileGraphSpec, ops: Ops, inputs: dict, init, stop, rng_seed: int | None = None) -> list:
+def loop_traces(
+    spec: WhileGraphSpec, ops: Ops, inputs: dict, init, stop, rng_seed: int | None = None
+) -> list:
     """The spec's loop from ``init``, stopping once its statistic passes ``stop``: the states'
     trace, and the per-step output's for a nit-sot."""
     loop = spec.loop
@@ -477,10 +566,18 @@ def loop_traces(spec: WhileGraphSpec, ops: Ops, inputs: dict, init, stop, rng_se
         n_steps = ops.floor_int(inputs["n_steps_float"])
 
     def step(sequence_entry, taps, noise):
-        grown = taps[-1] * inputs["param"] if loop.state_dtype == "float64" else taps[-1] + inputs["param"]
+        grown = (
+            taps[-1] * inputs["param"]
+            if loop.state_dtype == "float64"
+            else taps[-1] + inputs["param"]
+        )
         if loop.depth == 2:
             grown = grown + taps[0]
-        new = grown + (sequence_entry if sequence_entry is not None else ops.constant(np.asarray(1, loop.state_dtype)))
+        new = grown + (
+            sequence_entry
+            if sequence_entry is not None
+            else ops.constant(np.asarray(1, loop.state_dtype))
+        )
         if noise is not None:
             new = new + noise
         outputs = [new]
@@ -519,7 +616,9 @@ def _chained(spec: WhileGraphSpec, ops: Ops, inputs: dict, first):
 def consumed_trace(spec: WhileGraphSpec, ops: Ops, inputs: dict, init):
     """The trace the consumer reads, with the loop started from ``init``."""
     rng_seed = spec.seed if spec.loop.rng else None
-    return _chained(spec, ops, inputs, loop_traces(spec, ops, inputs, init, inputs["stop"], rng_seed)[-1])
+    return _chained(
+        spec, ops, inputs, loop_traces(spec, ops, inputs, init, inputs["stop"], rng_seed)[-1]
+    )
 
 
 def consume(spec: WhileGraphSpec, ops: Ops, inputs: dict, xs) -> list:
@@ -559,7 +658,9 @@ def _array_consumer(spec: WhileGraphSpec, ops: Ops, inputs: dict, xs):
     if kind == "with_vector":
         return ops.elementwise(lambda a, b: a * b, xs, inputs["v"])
     if kind == "set_index":
-        return ops.set_entry(xs, consumer.position, ops.constant(np.asarray(1, xs.dtype)), consumer.variant == "inc")
+        return ops.set_entry(
+            xs, consumer.position, ops.constant(np.asarray(1, xs.dtype)), consumer.variant == "inc"
+        )
     if kind == "set_slice":
         return ops.set_tail(xs, inputs["v"])
     if kind == "check_length":
@@ -594,11 +695,14 @@ def evaluate_spec(spec: WhileGraphSpec, ops: Ops) -> list:
     if spec.wrapper == "ofg":
         # The OpFromGraph's inner graph reads its own inputs, not the outer graph's.
         return ops.op_from_graph(
-            lambda inner: consume(spec, ops, inner, consumed_trace(spec, ops, inner, inner["x0"])), inputs
+            lambda inner: consume(spec, ops, inner, consumed_trace(spec, ops, inner, inner["x0"])),
+            inputs,
         )
 
     def scaled_value(multiplier):
-        (value,) = consume(spec, ops, inputs, consumed_trace(spec, ops, inputs, inputs["x0"] * multiplier))
+        (value,) = consume(
+            spec, ops, inputs, consumed_trace(spec, ops, inputs, inputs["x0"] * multiplier)
+        )
         return value.sum() if value.ndim else value
 
     multipliers = ops.constant(np.asarray(MULTIPLIERS, dtype=spec.loop.state_dtype))
@@ -666,10 +770,17 @@ def call_inputs(spec: WhileGraphSpec) -> list[dict[str, np.ndarray]]:
     if loop.state_dtype == "int64":
         base = {"x0": rng.integers(0, 4, size=init_shape), "param": np.int64(rng.integers(1, 4))}
     else:
-        base = {"x0": rng.uniform(0.1, 1.0, size=init_shape), "param": np.float64(rng.uniform(1.0, 1.5))}
+        base = {
+            "x0": rng.uniform(0.1, 1.0, size=init_shape),
+            "param": np.float64(rng.uniform(1.0, 1.5)),
+        }
     if loop.recurrence == "sequence":
         shape = (loop.bound + loop.sequence_extra, *state_shape)
-        base["seq"] = rng.integers(1, 4, size=shape) if loop.state_dtype == "int64" else rng.uniform(0.5, 1.5, shape)
+        base["seq"] = (
+            rng.integers(1, 4, size=shape)
+            if loop.state_dtype == "int64"
+            else rng.uniform(0.5, 1.5, shape)
+        )
     if loop.n_steps == "input":
         base["n_steps"] = np.int64(loop.bound)
     if loop.n_steps == "data":
@@ -691,7 +802,9 @@ def call_inputs(spec: WhileGraphSpec) -> list[dict[str, np.ndarray]]:
         values = dict(base, stop=_threshold(statistics, stop_step))
         if "level" in names:
             # Every other call, no state passes the level: a trace of False only (class 1).
-            values["level"] = np.float64(states.max() + 1.0 if index % 2 == 0 else np.median(states))
+            values["level"] = np.float64(
+                states.max() + 1.0 if index % 2 == 0 else np.median(states)
+            )
         if second is not None:
             values["stop_second"] = _threshold(second, spec.stops[(index + 1) % len(spec.stops)])
         if "stop_chain" in names:
@@ -728,7 +841,11 @@ def _vector(spec: WhileGraphSpec, values: dict, rng: np.random.Generator) -> np.
     else:
         length = {"match": length, "bound": spec.loop.bound, "mismatch": length + 1}[variant]
     shape = (length, spec.loop.width) if spec.loop.width else (length,)
-    return rng.integers(1, 4, size=shape) if spec.loop.dtype == "int64" else rng.uniform(0.5, 1.5, size=shape)
+    return (
+        rng.integers(1, 4, size=shape)
+        if spec.loop.dtype == "int64"
+        else rng.uniform(0.5, 1.5, size=shape)
+    )
 
 
 # --- Hypothesis strategies ------------------------------------------------------------------------
@@ -797,9 +914,15 @@ def _consumers_of(dtype: str) -> tuple[str, ...]:
 def loop_specs(draw: st.DrawFn, target: Target = DEFAULT) -> LoopSpec:
     dtypes = target.dtypes or DEFAULT_DTYPES
     # Only the dtypes whose traces the target's consumers can read.
-    dtype = draw(st.sampled_from([d for d in dtypes if not target.kinds or set(target.kinds) & set(_consumers_of(d))]))
+    dtype = draw(
+        st.sampled_from(
+            [d for d in dtypes if not target.kinds or set(target.kinds) & set(_consumers_of(d))]
+        )
+    )
     recurrence = "nit-sot" if dtype == "bool" else draw(st.sampled_from(RECURRENCES))
-    rng = dtype == "float64" and (target.rng if target.rng is not None else draw(st.integers(0, 9)) == 0)
+    rng = dtype == "float64" and (
+        target.rng if target.rng is not None else draw(st.integers(0, 9)) == 0
+    )
     return LoopSpec(
         recurrence=recurrence,
         dtype=dtype,
@@ -819,7 +942,9 @@ def _allowed_kinds(loop: LoopSpec, wrapped: bool) -> list[str]:
 
 
 @st.composite
-def consumer_specs(draw: st.DrawFn, loop: LoopSpec, wrapped: bool, target: Target = DEFAULT) -> ConsumerSpec:
+def consumer_specs(
+    draw: st.DrawFn, loop: LoopSpec, wrapped: bool, target: Target = DEFAULT
+) -> ConsumerSpec:
     allowed = _allowed_kinds(loop, wrapped)
     wanted = [kind for kind in target.kinds or () if kind in allowed]
     kind = draw(st.sampled_from(wanted or allowed))
@@ -840,26 +965,39 @@ def consumer_specs(draw: st.DrawFn, loop: LoopSpec, wrapped: bool, target: Targe
     if kind == "drop_last":
         return ConsumerSpec(kind, position=draw(st.integers(0, loop.bound + 1)), summed=summed)
     if kind == "with_trace":
-        return ConsumerSpec(kind, variant=draw(st.sampled_from(["shifted", "second_loop"])), summed=summed)
+        return ConsumerSpec(
+            kind, variant=draw(st.sampled_from(["shifted", "second_loop"])), summed=summed
+        )
     if kind == "with_vector":
-        return ConsumerSpec(kind, variant=draw(st.sampled_from(["match", "bound", "mismatch"])), summed=summed)
+        return ConsumerSpec(
+            kind, variant=draw(st.sampled_from(["match", "bound", "mismatch"])), summed=summed
+        )
     if kind == "set_index":
         variant = draw(st.sampled_from(["set", "inc"]))
         return ConsumerSpec(kind, position=draw(out_of_range), variant=variant, summed=summed)
     if kind == "set_slice":
-        return ConsumerSpec(kind, variant=draw(st.sampled_from(["match", "mismatch"])), summed=summed)
+        return ConsumerSpec(
+            kind, variant=draw(st.sampled_from(["match", "mismatch"])), summed=summed
+        )
     if kind == "check_length":
         variant = draw(st.sampled_from(["Assert", "CheckAndRaise"]))
-        return ConsumerSpec(kind, position=draw(st.integers(1, loop.bound)), variant=variant, summed=summed)
+        return ConsumerSpec(
+            kind, position=draw(st.integers(1, loop.bound)), variant=variant, summed=summed
+        )
     if kind == "zeros":
         variant = "value" if wrapped else draw(st.sampled_from(["value", "shape"]))
-        return ConsumerSpec(kind, position=draw(st.integers(1, loop.bound)), variant=variant, summed=summed)
+        return ConsumerSpec(
+            kind, position=draw(st.integers(1, loop.bound)), variant=variant, summed=summed
+        )
     if kind == "grad":
         op = draw(st.sampled_from(GRADIENT_OF))
         return ConsumerSpec(
-            kind, op=op, position=draw(out_of_range) if op == "index" else 0,
+            kind,
+            op=op,
+            position=draw(out_of_range) if op == "index" else 0,
             bounds=(1, 3, None) if op == "slice" else (None, None, None),
-            order=draw(st.sampled_from([1, 1, 2])), wrt=draw(st.sampled_from(["init", "param"])),
+            order=draw(st.sampled_from([1, 1, 2])),
+            wrt=draw(st.sampled_from(["init", "param"])),
         )
     return ConsumerSpec(kind, summed=summed)
 
@@ -877,14 +1015,21 @@ def while_graph_specs(draw: st.DrawFn, target: Target = DEFAULT) -> WhileGraphSp
     early = st.integers(1, loop.bound - 1)
     stops = [draw(early), draw(early)]
     stops.insert(draw(st.integers(0, 2)), loop.bound)
-    return WhileGraphSpec(loop, consumer, wrapper, chain, tuple(stops), seed=draw(st.integers(0, 2**16)))
+    return WhileGraphSpec(
+        loop, consumer, wrapper, chain, tuple(stops), seed=draw(st.integers(0, 2**16))
+    )
 
 
-def _draw(strategy: st.SearchStrategy[WhileGraphSpec], count: int, exclude: list[WhileGraphSpec]) -> list:
+def _draw(
+    strategy: st.SearchStrategy[WhileGraphSpec], count: int, exclude: list[WhileGraphSpec]
+) -> list:
     specs: list[WhileGraphSpec] = []
 
     @settings(
-        max_examples=count * 3, derandomize=True, database=None, deadline=None,
+        max_examples=count * 3,
+        derandomize=True,
+        database=None,
+        deadline=None,
         suppress_health_check=list(HealthCheck),
     )
     @given(strategy)

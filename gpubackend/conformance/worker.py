@@ -61,7 +61,10 @@ def run_in_workers[Item, Result](
         with tempfile.TemporaryFile(mode="w+b") as log:
             worker = subprocess.Popen(
                 [sys.executable, "-c", WORKER_COMMAND],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=_worker_environment(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=_worker_environment(),
             )
             # Popen's pipes are typed optional; they exist because PIPE was asked for.
             assert worker.stdin is not None and worker.stdout is not None
@@ -130,4 +133,3 @@ def main() -> None:
     for item in job.items:
         pickle.dump(job.run(item), results)
         results.flush()
-

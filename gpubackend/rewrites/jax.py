@@ -64,7 +64,9 @@ def static_integer_length_inputs(fgraph: FunctionGraph) -> None:
     lengths = [variable for node in fgraph.apply_nodes for variable in _length_inputs(node)]
     if not lengths:
         return
-    static_inputs = [variable for variable in ancestors(lengths) if _is_integer_scalar_input(variable, fgraph)]
+    static_inputs = [
+        variable for variable in ancestors(lengths) if _is_integer_scalar_input(variable, fgraph)
+    ]
     # PyTensor's JAX dispatch (and jax) load with the first JAX compile, not with gpubackend.
     from pytensor.link.jax.dispatch.shape import JAXShapeTuple
 
@@ -74,7 +76,9 @@ def static_integer_length_inputs(fgraph: FunctionGraph) -> None:
             continue
         # `replace` rewires only the clients the input had before the call, so the
         # new JAXShapeTuple keeps reading the input itself.
-        fgraph.replace(variable, JAXShapeTuple()(variable)[0], reason="static_integer_length_inputs")
+        fgraph.replace(
+            variable, JAXShapeTuple()(variable)[0], reason="static_integer_length_inputs"
+        )
 
 
 optdb.register(

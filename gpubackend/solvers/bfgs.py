@@ -48,7 +48,9 @@ def _update_inverse_hessian(hess_inv, sk, yk, hy):
     ss_coefficient = rhok * rhok * dot(yk, hy) + rhok
     for i in range(n):
         for j in range(n):
-            hess_inv[i, j] += -rhok * (hy[i] * sk[j] + sk[i] * hy[j]) + ss_coefficient * sk[i] * sk[j]
+            hess_inv[i, j] += (
+                -rhok * (hy[i] * sk[j] + sk[i] * hy[j]) + ss_coefficient * sk[i] * sk[j]
+            )
 
 
 def make_bfgs(fun: Callable) -> Callable:
@@ -69,7 +71,9 @@ def make_bfgs(fun: Callable) -> Callable:
         k = 0
         while gnorm > gtol and k < maxiter:
             _descent_direction(hess_inv, gk, pk)
-            found, alpha, f_new, g_new = line_search(xk, pk, args, fk, gk, old_old_fk, c1, c2, trial_x)
+            found, alpha, f_new, g_new = line_search(
+                xk, pk, args, fk, gk, old_old_fk, c1, c2, trial_x
+            )
             if not found:
                 return xk, False
             for i in range(n):

@@ -22,7 +22,11 @@ def make_bounded_minimize(fun: Callable) -> Callable:
     @solver_njit
     def solve(args, x0, bounds, settings):
         xatol, maxfun = settings.xatol, settings.maxiter
-        if bounds.shape[0] != 2 or not (np.isfinite(bounds[0]) and np.isfinite(bounds[1])) or bounds[0] > bounds[1]:
+        if (
+            bounds.shape[0] != 2
+            or not (np.isfinite(bounds[0]) and np.isfinite(bounds[1]))
+            or bounds[0] > bounds[1]
+        ):
             return np.nan, False
         a, b = bounds[0], bounds[1]
         fulc = a + _GOLDEN_MEAN * (b - a)

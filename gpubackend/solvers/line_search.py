@@ -131,11 +131,39 @@ def make_strong_wolfe(fun: Callable) -> Callable:
                 # The step slipped below machine precision.
                 return False, alpha1, phi_a1, g_a1
             if phi_a1 > phi0 + c1 * alpha1 * derphi0 or (phi_a1 >= phi_a0 and i > 0):
-                return zoom(xk, pk, args, x, alpha0, alpha1, phi_a0, phi_a1, derphi_a0, phi0, derphi0, c1, c2)
+                return zoom(
+                    xk,
+                    pk,
+                    args,
+                    x,
+                    alpha0,
+                    alpha1,
+                    phi_a0,
+                    phi_a1,
+                    derphi_a0,
+                    phi0,
+                    derphi0,
+                    c1,
+                    c2,
+                )
             if abs(derphi_a1) <= -c2 * derphi0:
                 return True, alpha1, phi_a1, g_a1
             if derphi_a1 >= 0:
-                return zoom(xk, pk, args, x, alpha1, alpha0, phi_a1, phi_a0, derphi_a1, phi0, derphi0, c1, c2)
+                return zoom(
+                    xk,
+                    pk,
+                    args,
+                    x,
+                    alpha1,
+                    alpha0,
+                    phi_a1,
+                    phi_a0,
+                    derphi_a1,
+                    phi0,
+                    derphi0,
+                    c1,
+                    c2,
+                )
             alpha0 = alpha1
             alpha1 = 2.0 * alpha1
             phi_a0 = phi_a1

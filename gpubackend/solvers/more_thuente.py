@@ -153,8 +153,24 @@ def start(stp, phi0, derphi0, c1, c2, stpmin, stpmax):
     """``(state, status)`` for a search from ``stp``; status `EVALUATE` (at ``stp``) or `FAILED`
     (bad input)."""
     state = SearchState(
-        False, 1, phi0, derphi0, c1 * derphi0, c2, stpmax - stpmin, (stpmax - stpmin) / _P5,
-        0.0, phi0, derphi0, 0.0, phi0, derphi0, 0.0, stp + _XTRAPU * stp, stpmin, stpmax,
+        False,
+        1,
+        phi0,
+        derphi0,
+        c1 * derphi0,
+        c2,
+        stpmax - stpmin,
+        (stpmax - stpmin) / _P5,
+        0.0,
+        phi0,
+        derphi0,
+        0.0,
+        phi0,
+        derphi0,
+        0.0,
+        stp + _XTRAPU * stp,
+        stpmin,
+        stpmax,
     )
     if stp < stpmin or stp > stpmax or derphi0 >= 0.0:
         return state, FAILED
@@ -164,7 +180,16 @@ def start(stp, phi0, derphi0, c1, c2, stpmin, stpmax):
 @solver_njit
 def iterate(s, stp, f, g):
     """``(state, next step, status)`` after evaluating value ``f`` and slope ``g`` at ``stp``."""
-    brackt, stage, stx, fx, gx, sty, fy, gy = s.brackt, s.stage, s.stx, s.fx, s.gx, s.sty, s.fy, s.gy
+    brackt, stage, stx, fx, gx, sty, fy, gy = (
+        s.brackt,
+        s.stage,
+        s.stx,
+        s.fx,
+        s.gx,
+        s.sty,
+        s.fy,
+        s.gy,
+    )
     width, width1, stmin, stmax = s.width, s.width1, s.stmin, s.stmax
     ftest = s.finit + stp * s.gtest
     if stage == 1 and f <= ftest and g >= 0.0:
@@ -182,13 +207,25 @@ def iterate(s, stp, f, g):
     if stage == 1 and f <= fx and f > ftest:
         # dcsrch's modified function psi(stp) = f(stp) - f(0) - c1 stp f'(0) while stage 1 lasts.
         stx, fxm, gxm, sty, fym, gym, stp, brackt = dcstep(
-            stx, fx - stx * gtest, gx - gtest, sty, fy - sty * gtest, gy - gtest,
-            stp, f - stp * gtest, g - gtest, brackt, stmin, stmax,
+            stx,
+            fx - stx * gtest,
+            gx - gtest,
+            sty,
+            fy - sty * gtest,
+            gy - gtest,
+            stp,
+            f - stp * gtest,
+            g - gtest,
+            brackt,
+            stmin,
+            stmax,
         )
         fx, fy = fxm + stx * gtest, fym + sty * gtest
         gx, gy = gxm + gtest, gym + gtest
     else:
-        stx, fx, gx, sty, fy, gy, stp, brackt = dcstep(stx, fx, gx, sty, fy, gy, stp, f, g, brackt, stmin, stmax)
+        stx, fx, gx, sty, fy, gy, stp, brackt = dcstep(
+            stx, fx, gx, sty, fy, gy, stp, f, g, brackt, stmin, stmax
+        )
     if brackt:
         if abs(sty - stx) >= _P66 * width1:
             stp = stx + _P5 * (sty - stx)
@@ -202,7 +239,23 @@ def iterate(s, stp, f, g):
     if brackt and (stp <= stmin or stp >= stmax or stmax - stmin <= _XTOL * stmax):
         stp = stx
     state = SearchState(
-        brackt, stage, s.finit, s.ginit, gtest, s.gtol, width, width1,
-        stx, fx, gx, sty, fy, gy, stmin, stmax, s.stpmin, s.stpmax,
+        brackt,
+        stage,
+        s.finit,
+        s.ginit,
+        gtest,
+        s.gtol,
+        width,
+        width1,
+        stx,
+        fx,
+        gx,
+        sty,
+        fy,
+        gy,
+        stmin,
+        stmax,
+        s.stpmin,
+        s.stpmax,
     )
     return state, stp, EVALUATE if np.isfinite(stp) else FAILED

@@ -77,7 +77,9 @@ def make_newton_cg(fun: Callable) -> Callable:
             ok, pk = truncated_cg(hk, gk)
             if not ok:
                 return xk, False
-            found, alpha, _f_new, _g_new = line_search(xk, pk, args, fk, gk, old_fk, c1, c2, trial_x)
+            found, alpha, _f_new, _g_new = line_search(
+                xk, pk, args, fk, gk, old_fk, c1, c2, trial_x
+            )
             if not found:
                 return xk, False
             update = alpha * pk

@@ -58,4 +58,3 @@ def matvec(a, v):
         for j in range(a.shape[1]):
             out[i] += a[i, j] * v[j]
     return out
-

@@ -17,8 +17,9 @@ import sys
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
-import gpubackend  # noqa: E402
-import jax  # noqa: E402
+import jax
+
+import gpubackend
 
 process_id, num_processes, port = (int(arg) for arg in sys.argv[1:4])
 jax.config.update("jax_cpu_collectives_implementation", "gloo")

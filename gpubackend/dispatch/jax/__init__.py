@@ -13,5 +13,15 @@ def register_lowerings() -> None:
     registers its own lowerings when it goes on, so none is lost either way.
     """
     # The optimize ops are registered by op type here; optimistix loads with the first one lowered.
-    from gpubackend.dispatch.jax import blockwise, check_and_raise, fgraph, ifelse, ofg  # noqa: F401
-    from gpubackend.dispatch.jax import optimize, scalar_loop, scan, shape, subtensor  # noqa: F401
+    from gpubackend.dispatch.jax import (  # noqa: F401  # noqa: F401
+        blockwise,
+        check_and_raise,
+        fgraph,
+        ifelse,
+        ofg,
+        optimize,
+        scalar_loop,
+        scan,
+        shape,
+        subtensor,
+    )

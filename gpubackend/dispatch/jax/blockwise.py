@@ -47,7 +47,10 @@ def _with_batch_ndim(value, batch_ndim: int, core_ndim: int):
 
 @replaces(Blockwise)
 def jax_funcify_Blockwise(op: Blockwise, node, **kwargs) -> Callable:
-    batch_ndims = [variable.type.ndim - len(core_dims) for variable, core_dims in zip(node.inputs, op.inputs_sig, strict=True)]
+    batch_ndims = [
+        variable.type.ndim - len(core_dims)
+        for variable, core_dims in zip(node.inputs, op.inputs_sig, strict=True)
+    ]
     unbatched = [
         batch_ndim > 0 and all(variable.type.broadcastable[:batch_ndim])
         for variable, batch_ndim in zip(node.inputs, batch_ndims, strict=True)
@@ -77,11 +80,16 @@ def jax_funcify_Blockwise(op: Blockwise, node, **kwargs) -> Callable:
             return tuple(outputs) if isinstance(outputs, list) else outputs
 
         if batched:
-            outputs = jnp.vectorize(core_of_batched, signature=signature)(*(inputs[position] for position in batched))
+            outputs = jnp.vectorize(core_of_batched, signature=signature)(
+                *(inputs[position] for position in batched)
+            )
         else:
             outputs = core_of_batched()
         if len(core_out_ndims) == 1:
             return _with_batch_ndim(outputs, out_batch_ndim, core_out_ndims[0])
-        return tuple(_with_batch_ndim(value, out_batch_ndim, ndim) for value, ndim in zip(outputs, core_out_ndims, strict=True))
+        return tuple(
+            _with_batch_ndim(value, out_batch_ndim, ndim)
+            for value, ndim in zip(outputs, core_out_ndims, strict=True)
+        )
 
     return blockwise_fn

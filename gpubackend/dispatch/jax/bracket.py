@@ -39,5 +39,7 @@ def expand_bracket(
         x_next = x_far + _GOLDEN_GROWTH * (x_far - x_mid)
         return x_mid, x_far, x_next, f_far, objective(x_next), step + 1
 
-    xa, _, xc, fb, fc, _ = jax.lax.while_loop(still_descending, step_further, (xa, xb, xc, fb, objective(xc), 0))
+    xa, _, xc, fb, fc, _ = jax.lax.while_loop(
+        still_descending, step_further, (xa, xb, xc, fb, objective(xc), 0)
+    )
     return jnp.minimum(xa, xc), jnp.maximum(xa, xc), fc >= fb

@@ -49,7 +49,9 @@ from gpubackend.dispatch.jax.while_scan.plan import plan_graph
 
 _SHAPE_DTYPE_KINDS = frozenset("iub")
 
-_GRAPH_ONLY_KWARGS = frozenset({"order", "squeeze_output", "global_env", "local_env", "get_name_for_object"})
+_GRAPH_ONLY_KWARGS = frozenset(
+    {"order", "squeeze_output", "global_env", "local_env", "get_name_for_object"}
+)
 
 
 def _is_shape_arithmetic(node: Apply) -> bool:
@@ -82,7 +84,9 @@ def _funcify_node(op, node: Apply | None = None, **kwargs) -> Callable:
 
 
 @replaces(FunctionGraph, FrozenFunctionGraph)
-def jax_funcify_FunctionGraph(fgraph, node=None, fgraph_name: str = "jax_funcified_fgraph", **kwargs: Any) -> Callable:
+def jax_funcify_FunctionGraph(
+    fgraph, node=None, fgraph_name: str = "jax_funcified_fgraph", **kwargs: Any
+) -> Callable:
     """The graph's function; for a linker that reads back, how to call it goes on its context."""
     context = lowering_context(kwargs)
     squeezed = kwargs.get("squeeze_output", False) and len(fgraph.outputs) == 1
@@ -117,7 +121,9 @@ def jax_funcify_FunctionGraph(fgraph, node=None, fgraph_name: str = "jax_funcifi
         values = [_typed(value, dtype) for value, dtype in zip(values, dtypes, strict=True)]
         return values[0] if squeezed else values
 
-    return lowered_while_scan_graph(fgraph, order, plan, context, default_fn, constant, typed, **node_kwargs)
+    return lowered_while_scan_graph(
+        fgraph, order, plan, context, default_fn, constant, typed, **node_kwargs
+    )
 
 
 def _graph_dtypes(outputs) -> list[str | None]:
@@ -147,6 +153,8 @@ def _with_graph_dtypes(graph_fn: Callable, outputs, squeezed: bool) -> Callable:
 
     @functools.wraps(graph_fn)
     def typed_outputs(*args):
-        return tuple(_typed(value, dtype) for value, dtype in zip(graph_fn(*args), dtypes, strict=True))
+        return tuple(
+            _typed(value, dtype) for value, dtype in zip(graph_fn(*args), dtypes, strict=True)
+        )
 
     return typed_outputs

@@ -27,7 +27,11 @@ def _is_concrete(value) -> bool:
 
 
 def _same_concrete(first, second) -> bool:
-    return _is_concrete(first) and _is_concrete(second) and np.array_equal(np.asarray(first), np.asarray(second))
+    return (
+        _is_concrete(first)
+        and _is_concrete(second)
+        and np.array_equal(np.asarray(first), np.asarray(second))
+    )
 
 
 @replaces(IfElse)
@@ -63,7 +67,10 @@ def jax_funcify_LazyIfElse(op: LazyIfElse, **kwargs) -> Callable:
             return branch
 
         return jax.lax.cond(
-            cond, with_concrete(true_fn), with_concrete(false_fn), *(operands[position] for position in traced)
+            cond,
+            with_concrete(true_fn),
+            with_concrete(false_fn),
+            *(operands[position] for position in traced),
         )
 
     return lazy_ifelse

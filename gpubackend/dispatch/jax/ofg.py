@@ -25,7 +25,8 @@ from gpubackend.dispatch.jax.replacements import replaces
 def _only_array_data(op: OpFromGraph) -> bool:
     """No input that could carry a length: a nested jit would turn it into a tracer."""
     return all(
-        np.dtype(getattr(variable.type, "dtype", "int64")).kind in "fc" for variable in op.fgraph.inputs
+        np.dtype(getattr(variable.type, "dtype", "int64")).kind in "fc"
+        for variable in op.fgraph.inputs
     )
 
 

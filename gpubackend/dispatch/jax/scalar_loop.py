@@ -47,7 +47,9 @@ def jax_funcify_ScalarLoop(op: ScalarLoop, node=None, **kwargs) -> Callable:
             new_state, (done,) = step(state, constant)
             return count + 1, new_state, jnp.asarray(done, bool)
 
-        _, state, done = jax.lax.while_loop(keep_going, body, (jnp.zeros_like(n_steps), state, jnp.asarray(False)))
+        _, state, done = jax.lax.while_loop(
+            keep_going, body, (jnp.zeros_like(n_steps), state, jnp.asarray(False))
+        )
         return (*state, done)
 
     loop = jnp.vectorize(while_loop if op.is_while else for_loop)

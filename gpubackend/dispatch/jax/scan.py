@@ -35,7 +35,8 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
         trimmable = possibly_trimmed_traces(op, node) if node is not None else []
         if any(trimmable):
             raise DataDependentLengthError(
-                f"{op}: a traced output may be trimmed to the " "steps taken, so it is lowered with the graph "
+                f"{op}: a traced output may be trimmed to the "
+                "steps taken, so it is lowered with the graph "
                 "that holds it; lower that graph rather than the Scan on its own."
             )
         run = scan_loop(op, trimmable, **kwargs)

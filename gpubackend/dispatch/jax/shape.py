@@ -48,7 +48,8 @@ def jax_funcify_ARange(op: ARange, node=None, **kwargs) -> Callable:
 
     def arange(start, stop, step):
         start, stop, step = (
-            _concrete(bound, ARANGE_CONCRETE_VALUE_ERROR).astype(op.dtype) for bound in (start, stop, step)
+            _concrete(bound, ARANGE_CONCRETE_VALUE_ERROR).astype(op.dtype)
+            for bound in (start, stop, step)
         )
         return jnp.arange(start, stop, step, dtype=op.dtype)
 
@@ -62,6 +63,8 @@ def jax_funcify_Reshape(op: Reshape, node=None, **kwargs) -> Callable:
         return stock_reshape
 
     def reshape(x, shape):
-        return jnp.reshape(x, tuple(int(size) for size in _concrete(shape, SHAPE_NOT_COMPATIBLE).reshape(-1)))
+        return jnp.reshape(
+            x, tuple(int(size) for size in _concrete(shape, SHAPE_NOT_COMPATIBLE).reshape(-1))
+        )
 
     return reshape

@@ -42,7 +42,9 @@ def _covers_whole_axis(index, length: int) -> bool:
     bounds = (index.start, index.stop, index.step)
     if any(isinstance(bound, jax.core.Tracer) for bound in bounds):
         return False
-    start, stop, step = slice(*(None if bound is None else int(bound) for bound in bounds)).indices(length)
+    start, stop, step = slice(*(None if bound is None else int(bound) for bound in bounds)).indices(
+        length
+    )
     return step == 1 and start == 0 and stop == length
 
 
@@ -70,9 +72,11 @@ class BooleanMaskLengthError(DataDependentLengthError, jax.errors.NonConcreteBoo
     def __init__(self, op):
         Exception.__init__(
             self,
-            f"{op}: a boolean mask known only at run time selects " "a data-dependent number of entries, a shape "
+            f"{op}: a boolean mask known only at run time selects "
+            "a data-dependent number of entries, a shape "
             "jax.jit cannot trace. Keep the shape: pt.where(mask, new, x) instead of "
-            "pt.set_subtensor(x[mask], new[mask]), and " "pt.where(mask, x, 0).sum() instead of x[mask].sum().",
+            "pt.set_subtensor(x[mask], new[mask]), and "
+            "pt.where(mask, x, 0).sum() instead of x[mask].sum().",
         )
 
 

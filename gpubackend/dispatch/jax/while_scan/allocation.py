@@ -43,16 +43,27 @@ from gpubackend.dispatch.jax.while_scan.values import (
 NEGATIVE_LENGTH = RuntimeCheck(ValueError, "negative dimensions are not allowed")
 
 
-def _allocated(op, input_kinds, fill: Callable[[list, tuple[int, ...]], jax.Array], n_shape: int, **kwargs) -> BoundedLowering:
+def _allocated(
+    op, input_kinds, fill: Callable[[list, tuple[int, ...]], jax.Array], n_shape: int, **kwargs
+) -> BoundedLowering:
     shape_kinds = input_kinds[len(input_kinds) - n_shape :]
     if "array" in input_kinds or "int" in shape_kinds[1:]:
         raise NotImplementedError(f"{op}: only the leading length may be known only at run time")
     if shape_kinds[0] != "int":
         # A value computed from a length, broadcast to a shape known while tracing.
-        return BoundedLowering(lambda *inputs: fill([value_of(x) for x in inputs[: len(inputs) - n_shape]], inputs[len(inputs) - n_shape :]), (None,))
+        return BoundedLowering(
+            lambda *inputs: fill(
+                [value_of(x) for x in inputs[: len(inputs) - n_shape]],
+                inputs[len(inputs) - n_shape :],
+            ),
+            (None,),
+        )
 
     def allocate(*inputs):
-        values, (length, *rest) = [value_of(x) for x in inputs[: len(inputs) - n_shape]], inputs[len(inputs) - n_shape :]
+        values, (length, *rest) = (
+            [value_of(x) for x in inputs[: len(inputs) - n_shape]],
+            inputs[len(inputs) - n_shape :],
+        )
         if not np.isfinite(length.high):
             raise NotImplementedError(f"{op}: a run-time length with no bound")
         capacity = max(int(length.high), 0)
@@ -70,14 +81,21 @@ def _alloc(op: Alloc, node, input_kinds, **kwargs) -> BoundedLowering:
     dtype = node.outputs[0].type.dtype
 
     def filled(values, shape):
-        return jnp.broadcast_to(jnp.asarray(values[0], dtype), tuple(value_of(size) for size in shape))
+        return jnp.broadcast_to(
+            jnp.asarray(values[0], dtype), tuple(value_of(size) for size in shape)
+        )
 
     return _allocated(op, input_kinds, filled, len(node.inputs) - 1)
 
 
 @bounded_jax_funcify.register(AllocEmpty)
 def _alloc_empty(op: AllocEmpty, node, input_kinds, **kwargs) -> BoundedLowering:
-    return _allocated(op, input_kinds, lambda values, shape: jnp.zeros(tuple(value_of(size) for size in shape), op.dtype), len(node.inputs))
+    return _allocated(
+        op,
+        input_kinds,
+        lambda values, shape: jnp.zeros(tuple(value_of(size) for size in shape), op.dtype),
+        len(node.inputs),
+    )
 
 
 @bounded_jax_funcify.register(Join)
@@ -86,13 +104,18 @@ def _join(op: Join, node, input_kinds, **kwargs) -> BoundedLowering:
         return BoundedLowering(_join_leading, ("array",))
     fn = jax_funcify(op, node=node, **kwargs)
     if any(kind != "array" for kind in input_kinds):
-        raise NotImplementedError(f"{op}: a run-time length joined with a length known while tracing")
+        raise NotImplementedError(
+            f"{op}: a run-time length joined with a length known while tracing"
+        )
     checks = tuple(RuntimeCheck(ValueError, f"{op}: {LENGTHS_DIFFER}") for _ in input_kinds[1:])
 
     def join_side_by_side(*parts: Bounded):
         capacity = max(part.capacity for part in parts)
         oks = tuple(same_length(parts[0].length, part.length) for part in parts[1:])
-        return NodeResult(Bounded(fn(*(with_capacity(part.buffer, capacity) for part in parts)), parts[0].length), oks)
+        return NodeResult(
+            Bounded(fn(*(with_capacity(part.buffer, capacity) for part in parts)), parts[0].length),
+            oks,
+        )
 
     return BoundedLowering(join_side_by_side, ("array",), checks)
 
@@ -133,7 +156,9 @@ def _split(op: Split, node, input_kinds, **kwargs) -> BoundedLowering:
             parts.append(Bounded(buffer[positions], size))
             offset = offset + size.value
         total = _integer_sum(offset, sizes)
-        non_negative = True if all(size.low >= 0 for size in sizes) else jnp.all(value_of(splits) >= 0)
+        non_negative = (
+            True if all(size.low >= 0 for size in sizes) else jnp.all(value_of(splits) >= 0)
+        )
         return NodeResult(parts, (same_length(length, total), non_negative))
 
     return BoundedLowering(split, kinds("array", op.len_splits), checks)
@@ -144,8 +169,13 @@ def _integer_sum(value, terms) -> BoundedInt:
     common = common_tables(terms)
     if common is not None:
         table, listed = common
-        return tabulated(value, Table(table.atom, table.first, np.sum(listed, axis=0).astype(np.int64)))
-    low, high = (sum(float(bound) for bound in bounds) for bounds in zip(*(bounds_of(term) for term in terms), strict=True))
+        return tabulated(
+            value, Table(table.atom, table.first, np.sum(listed, axis=0).astype(np.int64))
+        )
+    low, high = (
+        sum(float(bound) for bound in bounds)
+        for bounds in zip(*(bounds_of(term) for term in terms), strict=True)
+    )
     return length_between(value, low, high)
 
 
@@ -154,8 +184,13 @@ def _specify_shape(op: SpecifyShape, node, input_kinds, **kwargs) -> BoundedLowe
     """Each declared dimension of a trace is checked, the leading one at run time."""
     if input_kinds[0] != "array":
         raise NotImplementedError(f"{op}: a run-time length in the shape it specifies")
-    declared = [axis for axis, size in enumerate(node.inputs[1:]) if not isinstance(size.type, NoneTypeT)]
-    checks = tuple(RuntimeCheck(AssertionError, f"{op}: the shape differs from the one specified") for _ in declared)
+    declared = [
+        axis for axis, size in enumerate(node.inputs[1:]) if not isinstance(size.type, NoneTypeT)
+    ]
+    checks = tuple(
+        RuntimeCheck(AssertionError, f"{op}: the shape differs from the one specified")
+        for _ in declared
+    )
 
     def specified(x: Bounded, *shape):
         sizes = [x.length, *(exactly(size) for size in x.buffer.shape[1:])]

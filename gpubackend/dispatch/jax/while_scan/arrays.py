@@ -36,13 +36,19 @@ from gpubackend.dispatch.jax.while_scan.values import (
     with_capacity,
 )
 
-LENGTHS_DIFFER = "operands of run-time lengths that differ (PyTensor does not broadcast at run time)"
+LENGTHS_DIFFER = (
+    "operands of run-time lengths that differ (PyTensor does not broadcast at run time)"
+)
 
 
 def same_length(first: BoundedInt, other) -> Any:
     """True where ``other`` (a length, or a concrete size) is known equal to ``first`` while
     tracing, else the condition."""
-    if other is first or (isinstance(other, BoundedInt) and other.value is first.value) or known_equal(first, other):
+    if (
+        other is first
+        or (isinstance(other, BoundedInt) and other.value is first.value)
+        or known_equal(first, other)
+    ):
         return True
     return value_of(first) == value_of(other)
 
@@ -55,13 +61,17 @@ def _elemwise(op: Elemwise, node, input_kinds, **kwargs) -> BoundedLowering:
     ndim = node.outputs[0].type.ndim
     traces = [position for position, kind in enumerate(input_kinds) if kind == "array"]
     if any(node.inputs[position].type.ndim != ndim for position in traces):
-        raise NotImplementedError(f"{op}: a run-time length on another axis than the result's leading one")
+        raise NotImplementedError(
+            f"{op}: a run-time length on another axis than the result's leading one"
+        )
     sized = [
         position
         for position, (kind, variable) in enumerate(zip(input_kinds, node.inputs, strict=True))
         if kind != "array" and variable.type.ndim == ndim and variable.type.shape[0] != 1
     ]
-    checks = tuple(RuntimeCheck(ValueError, f"{op}: {LENGTHS_DIFFER}") for _ in (*traces[1:], *sized))
+    checks = tuple(
+        RuntimeCheck(ValueError, f"{op}: {LENGTHS_DIFFER}") for _ in (*traces[1:], *sized)
+    )
 
     def elementwise(*inputs):
         capacity = max(inputs[position].capacity for position in traces)
@@ -112,7 +122,9 @@ def _reduced_axes(axis, ndim: int) -> tuple[int, ...]:
 
 
 def _empty_reduction(name: str) -> RuntimeCheck:
-    return RuntimeCheck(ValueError, f"zero-size array to reduction operation {name} which has no identity")
+    return RuntimeCheck(
+        ValueError, f"zero-size array to reduction operation {name} which has no identity"
+    )
 
 
 def _has_an_entry(x: Bounded):
@@ -128,7 +140,9 @@ def _careduce(op: CAReduce, node, input_kinds, **kwargs) -> BoundedLowering:
         return BoundedLowering(lambda x: Bounded(fn(x.buffer), x.length), ("array",))
     fill = _padding_fill(op.scalar_op, np.dtype(node.inputs[0].type.dtype))
     if fill is None:
-        raise NotImplementedError(f"{op} has no value to fill the entries beyond a run-time length with")
+        raise NotImplementedError(
+            f"{op} has no value to fill the entries beyond a run-time length with"
+        )
     needs_an_entry = isinstance(op.scalar_op, ps.Maximum | ps.Minimum)
     checks = (_empty_reduction(type(op.scalar_op).__name__.lower()),) if needs_an_entry else ()
 
@@ -150,7 +164,11 @@ def integer_elemwise_like_reduction(fn, node) -> BoundedLowering:
         if exact:
             low = high = np.asarray(np.asarray(fn(x.low.astype(np.int64))), dtype=np.float64)
         else:
-            low, high = (np.asarray(0.0), np.asarray(1.0)) if boolean else (np.asarray(-np.inf), np.asarray(np.inf))
+            low, high = (
+                (np.asarray(0.0), np.asarray(1.0))
+                if boolean
+                else (np.asarray(-np.inf), np.asarray(np.inf))
+            )
         return BoundedInt(value, low, high)
 
     return BoundedLowering(reduce_integers, ("int",))
@@ -167,7 +185,11 @@ def _argmax(op: Argmax, node, input_kinds, **kwargs) -> BoundedLowering:
         # Ties go to the first position, and every padding entry comes after the meaningful ones.
         return NodeResult(fn(jnp.where(valid_rows(x), x.buffer, fill)), (_has_an_entry(x),))
 
-    return BoundedLowering(argmax_of_meaningful_entries, (None,), (RuntimeCheck(ValueError, "attempt to get argmax of an empty sequence"),))
+    return BoundedLowering(
+        argmax_of_meaningful_entries,
+        (None,),
+        (RuntimeCheck(ValueError, "attempt to get argmax of an empty sequence"),),
+    )
 
 
 @bounded_jax_funcify.register(CumOp)
@@ -176,7 +198,9 @@ def _cumulative(op: CumOp, node, input_kinds, **kwargs) -> BoundedLowering:
     on the padding."""
     ndim = node.inputs[0].type.ndim
     if not (op.axis == 0 or (op.axis is None and ndim == 1)):
-        raise NotImplementedError(f"{op}: accumulating across the axis whose length is known only at run time")
+        raise NotImplementedError(
+            f"{op}: accumulating across the axis whose length is known only at run time"
+        )
     fn = jax_funcify(op, node=node, **kwargs)
     return BoundedLowering(lambda x: Bounded(fn(x.buffer), x.length), ("array",))
 

@@ -55,7 +55,11 @@ def lowered_while_scan_graph(
         return specialised
     graph = bounded_graph(fgraph, order, plan, default_fn, constant)
     if read_back is not None:
-        positions = tuple(position for position, output in enumerate(fgraph.outputs) if output in plan.run_time_lengths)
+        positions = tuple(
+            position
+            for position, output in enumerate(fgraph.outputs)
+            if output in plan.run_time_lengths
+        )
 
         def returned(outputs: list, error_code) -> tuple[list, HostReads]:
             lengths = tuple(outputs[position].length.value for position in positions)
@@ -71,7 +75,9 @@ def lowered_while_scan_graph(
             return (*returned(outputs, error_code), overflow)
 
         def higher_rungs(outputs: list, reads: HostReads, overflow, *inputs):
-            return jax.lax.cond(overflow, lambda: returned(*graph.higher(*inputs)[:2]), lambda: (outputs, reads))
+            return jax.lax.cond(
+                overflow, lambda: returned(*graph.higher(*inputs)[:2]), lambda: (outputs, reads)
+            )
 
         read_back.plan = HostReadPlan(plan.checks, positions, continuation=higher_rungs)
         return lower_rungs

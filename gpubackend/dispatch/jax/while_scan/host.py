@@ -130,7 +130,9 @@ class HostReadingFunction:
             outputs, reads = self._run(step_counts, *args)
             if reads.empty():
                 return outputs
-            lengths, error_code, counts = jax.device_get((reads.lengths, reads.error_code, reads.step_counts))
+            lengths, error_code, counts = jax.device_get(
+                (reads.lengths, reads.error_code, reads.step_counts)
+            )
             if not all(bool(matched) for _, matched in counts):
                 step_counts = tuple(int(taken) for taken, _ in counts)
                 continue

@@ -54,17 +54,27 @@ def _index_kinds(op, input_kinds: Sequence[Kind], first_index_input: int) -> lis
 
 
 def _slice_bound_kinds(entry, input_kinds: Sequence[Kind], first_index_input: int) -> list[Kind]:
-    return [input_kinds[first_index_input + bound] for bound in (entry.start, entry.stop, entry.step) if bound is not None]
+    return [
+        input_kinds[first_index_input + bound]
+        for bound in (entry.start, entry.stop, entry.step)
+        if bound is not None
+    ]
 
 
 def _refuse_unsupported(op, input_kinds: Sequence[Kind], first_index_input: int) -> None:
     """A run-time length may size the leading axis only: a later slice of run-time length has no JAX
     shape."""
     if input_kinds[0] == "array" and not op.idx_list:
-        raise NotImplementedError(f"{op}: no index on the leading axis, whose length is known only at run time")
+        raise NotImplementedError(
+            f"{op}: no index on the leading axis, whose length is known only at run time"
+        )
     for entry in op.idx_list[1:]:
-        if isinstance(entry, slice) and "int" in _slice_bound_kinds(entry, input_kinds, first_index_input):
-            raise NotImplementedError(f"{op}: a slice past the leading axis with a bound known only at run time")
+        if isinstance(entry, slice) and "int" in _slice_bound_kinds(
+            entry, input_kinds, first_index_input
+        ):
+            raise NotImplementedError(
+                f"{op}: a slice past the leading axis with a bound known only at run time"
+            )
 
 
 def _position_in_range(index, size) -> Any:
@@ -74,7 +84,9 @@ def _position_in_range(index, size) -> Any:
     if (index_low >= 0 and index_high < size_low) or (index_high < 0 and index_low >= -size_low):
         return True
     common = common_tables([index, size])
-    if common is not None and np.all((common[1][0] >= -common[1][1]) & (common[1][0] < common[1][1])):
+    if common is not None and np.all(
+        (common[1][0] >= -common[1][1]) & (common[1][0] < common[1][1])
+    ):
         return True
     index, size = value_of(index), value_of(size)
     return (index >= -size) & (index < size)
@@ -88,7 +100,9 @@ def _wrapped(index, size, capacity: int):
 
 
 def _out_of_range(op) -> RuntimeCheck:
-    return RuntimeCheck(IndexError, f"{op}: index out of bounds for an axis whose length is known only at run time")
+    return RuntimeCheck(
+        IndexError, f"{op}: index out of bounds for an axis whose length is known only at run time"
+    )
 
 
 ZERO_STEP = RuntimeCheck(ValueError, "slice step cannot be zero")
@@ -111,10 +125,16 @@ def _slice_positions(index: slice, length, capacity: int):
         return jnp.clip(jnp.where(value < 0, value + length, value), low, high)
 
     upward = step > 0
-    start = jnp.where(upward, clipped(index.start, 0, 0, length), clipped(index.start, length - 1, -1, length - 1))
-    stop = jnp.where(upward, clipped(index.stop, length, 0, length), clipped(index.stop, -1, -1, length - 1))
+    start = jnp.where(
+        upward, clipped(index.start, 0, 0, length), clipped(index.start, length - 1, -1, length - 1)
+    )
+    stop = jnp.where(
+        upward, clipped(index.stop, length, 0, length), clipped(index.stop, -1, -1, length - 1)
+    )
     magnitude = jnp.maximum(jnp.abs(step), 1)
-    count = jnp.where(upward == (stop > start), (jnp.abs(stop - start) + magnitude - 1) // magnitude, 0)
+    count = jnp.where(
+        upward == (stop > start), (jnp.abs(stop - start) + magnitude - 1) // magnitude, 0
+    )
     return start + step * jnp.arange(capacity), count
 
 
@@ -128,7 +148,9 @@ def _count_bounds(index: slice, length, capacity: int) -> tuple[float, float]:
     given = [bound for bound in (index.start, index.stop, index.step)]
     ends = [None if bound is None else known_value(bound) for bound in given]
     low, high = (float(bound) for bound in bounds_of(length))
-    known = all(end is not None for end, bound in zip(ends, given, strict=True) if bound is not None)
+    known = all(
+        end is not None for end, bound in zip(ends, given, strict=True) if bound is not None
+    )
     if known and np.isfinite(high) and high - low <= _EXACT_COUNT_SPAN:
         counts = [len(range(size)[slice(*ends)]) for size in range(int(low), int(high) + 1)]
         return float(min(counts)), float(min(max(counts), capacity))
@@ -144,11 +166,17 @@ def _count_table(index: slice, length) -> Table | None:
         return None
     table, (lengths, *listed) = common
     columns = iter(listed)
-    per_end = [None if bound is None else next(columns) for bound in (index.start, index.stop, index.step)]
+    per_end = [
+        None if bound is None else next(columns) for bound in (index.start, index.stop, index.step)
+    ]
     if per_end[2] is not None and np.any(per_end[2] == 0):
         return None
     counts = [
-        len(range(max(int(size), 0))[slice(*(None if end is None else int(end[i]) for end in per_end))])
+        len(
+            range(max(int(size), 0))[
+                slice(*(None if end is None else int(end[i]) for end in per_end))
+            ]
+        )
         for i, size in enumerate(lengths)
     ]
     return Table(table.atom, table.first, np.asarray(counts, dtype=np.int64))
@@ -172,7 +200,9 @@ def _split_indices(op, index_values) -> tuple[Any, tuple]:
     """The leading index as given (bounds kept), and the others as plain JAX indices."""
     first, *rest = indices_from_subtensor(list(index_values), op.idx_list)
     rest = tuple(
-        slice(*(value_of(bound) for bound in (entry.start, entry.stop, entry.step))) if isinstance(entry, slice) else value_of(entry)
+        slice(*(value_of(bound) for bound in (entry.start, entry.stop, entry.step)))
+        if isinstance(entry, slice)
+        else value_of(entry)
         for entry in rest
     )
     return first, rest
@@ -181,7 +211,11 @@ def _split_indices(op, index_values) -> tuple[Any, tuple]:
 def _later_positions_in_range(op, index_kinds, index_values, shape) -> list:
     """Conditions for positions past the leading axis that were computed from a run-time length."""
     values = indices_from_subtensor(list(index_values), op.idx_list)
-    return [_position_in_range(values[axis], shape[axis]) for axis, kind in index_kinds if axis > 0 and kind == "int"]
+    return [
+        _position_in_range(values[axis], shape[axis])
+        for axis, kind in index_kinds
+        if axis > 0 and kind == "int"
+    ]
 
 
 @bounded_jax_funcify.register(Subtensor)
@@ -191,9 +225,13 @@ def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
     _refuse_unsupported(op, input_kinds, 1)
     index_kinds = _index_kinds(op, input_kinds, 1)
     leading = op.idx_list[0]
-    later_checks = tuple(_out_of_range(op) for axis, kind in index_kinds if axis > 0 and kind == "int")
+    later_checks = tuple(
+        _out_of_range(op) for axis, kind in index_kinds if axis > 0 and kind == "int"
+    )
     if isinstance(leading, slice):
-        run_time_slice = input_kinds[0] == "array" or "int" in _slice_bound_kinds(leading, input_kinds, 1)
+        run_time_slice = input_kinds[0] == "array" or "int" in _slice_bound_kinds(
+            leading, input_kinds, 1
+        )
         if not run_time_slice:
             fn = jax_funcify(op, node=node, **kwargs)
             return _plain_subtensor(op, fn, index_kinds, later_checks)
@@ -216,7 +254,10 @@ def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
     def at_position(x, *index_inputs):
         buffer, length = as_bounded(x)
         first, rest = _split_indices(op, index_inputs)
-        oks = [_position_in_range(first, length), *_later_positions_in_range(op, index_kinds, index_inputs, buffer.shape)]
+        oks = [
+            _position_in_range(first, length),
+            *_later_positions_in_range(op, index_kinds, index_inputs, buffer.shape),
+        ]
         return NodeResult(buffer[(_wrapped(first, length, buffer.shape[0]), *rest)], tuple(oks))
 
     return BoundedLowering(at_position, (None,), checks)
@@ -240,9 +281,15 @@ def _integer_subtensor(op: Subtensor, fn) -> BoundedLowering:
         value = fn(x.value, *(value_of(i) for i in index_inputs))
         positions = indices_from_subtensor([known_value(i) for i in index_inputs], op.idx_list)
         if any(position is None for position in positions if not isinstance(position, slice)):
-            return BoundedInt(value, np.full(np.shape(value), np.min(x.low)), np.full(np.shape(value), np.max(x.high)))
+            return BoundedInt(
+                value,
+                np.full(np.shape(value), np.min(x.low)),
+                np.full(np.shape(value), np.max(x.high)),
+            )
         if x.table is not None:
-            return tabulated(value, Table(x.table.atom, x.table.first, x.table.values[(slice(None), *positions)]))
+            return tabulated(
+                value, Table(x.table.atom, x.table.first, x.table.values[(slice(None), *positions)])
+            )
         return BoundedInt(value, x.low[tuple(positions)], x.high[tuple(positions)])
 
     return BoundedLowering(integer_entry, ("int",))
@@ -262,12 +309,24 @@ def _inc_subtensor(op: IncSubtensor, node, input_kinds, **kwargs) -> BoundedLowe
     if input_kinds[1] == "array" and not is_slice:
         raise NotImplementedError(f"{op}: a run-time length in the value written at one position")
     if any(axis > 0 and kind == "int" for axis, kind in _index_kinds(op, input_kinds, 2)):
-        raise NotImplementedError(f"{op}: a position computed from a run-time length past the leading axis")
-    target_ndim = node.inputs[0].type.ndim - sum(not isinstance(entry, slice) for entry in op.idx_list)
+        raise NotImplementedError(
+            f"{op}: a position computed from a run-time length past the leading axis"
+        )
+    target_ndim = node.inputs[0].type.ndim - sum(
+        not isinstance(entry, slice) for entry in op.idx_list
+    )
     y_matches_count = is_slice and not _broadcasts_over_leading_axis(node.inputs[1], target_ndim)
     checks = (
         ((_out_of_range(op),) if not is_slice else ())
-        + ((RuntimeCheck(ValueError, f"{op}: the value written has another length than the slice"),) if y_matches_count else ())
+        + (
+            (
+                RuntimeCheck(
+                    ValueError, f"{op}: the value written has another length than the slice"
+                ),
+            )
+            if y_matches_count
+            else ()
+        )
         + ((ZERO_STEP,) if is_slice and leading.step is not None else ())
     )
 
@@ -282,15 +341,23 @@ def _inc_subtensor(op: IncSubtensor, node, input_kinds, **kwargs) -> BoundedLowe
                 oks.append(_same_count(_slice_count(count, first, length, capacity), y))
             if first.step is not None:
                 oks.append(_step_ok(first))
-            positions = jnp.where(jnp.arange(capacity) < count, positions, capacity)  # beyond the count: dropped
+            positions = jnp.where(
+                jnp.arange(capacity) < count, positions, capacity
+            )  # beyond the count: dropped
             values = _per_position(y, capacity, buffer[(positions, *rest)].shape)
         else:
             oks.append(_position_in_range(first, length))
             positions, values = _wrapped(first, length, capacity), value_of(y)
         where = buffer.at[(positions, *rest)]
         values = jnp.asarray(values).astype(buffer.dtype)
-        updated = where.set(values, mode="drop") if op.set_instead_of_inc else where.add(values, mode="drop")
-        return NodeResult(Bounded(updated, x.length) if isinstance(x, Bounded) else updated, tuple(oks))
+        updated = (
+            where.set(values, mode="drop")
+            if op.set_instead_of_inc
+            else where.add(values, mode="drop")
+        )
+        return NodeResult(
+            Bounded(updated, x.length) if isinstance(x, Bounded) else updated, tuple(oks)
+        )
 
     return BoundedLowering(inc_subtensor, (input_kinds[0],), checks)
 

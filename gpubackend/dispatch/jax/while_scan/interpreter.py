@@ -55,13 +55,28 @@ class GraphRun(NamedTuple):
     overflow: Any
 
 
-def _constants(fgraph, order: Sequence[Apply], constant: Callable[[Constant], Any]) -> dict[Variable, Any]:
-    values = {value: constant(value) for node in order for value in node.inputs if isinstance(value, Constant)}
-    values.update((value, constant(value)) for value in fgraph.outputs if isinstance(value, Constant))
+def _constants(
+    fgraph, order: Sequence[Apply], constant: Callable[[Constant], Any]
+) -> dict[Variable, Any]:
+    values = {
+        value: constant(value)
+        for node in order
+        for value in node.inputs
+        if isinstance(value, Constant)
+    }
+    values.update(
+        (value, constant(value)) for value in fgraph.outputs if isinstance(value, Constant)
+    )
     return values
 
 
-def _plain_outputs(sizing: frozenset[Apply], while_scans: Sequence[Apply], node: Apply, fn: Callable, arguments: list):
+def _plain_outputs(
+    sizing: frozenset[Apply],
+    while_scans: Sequence[Apply],
+    node: Apply,
+    fn: Callable,
+    arguments: list,
+):
     """A node with its ordinary lowering; one that sizes a while-Scan from the data is refused by
     name."""
     try:
@@ -72,7 +87,9 @@ def _plain_outputs(sizing: frozenset[Apply], while_scans: Sequence[Apply], node:
         raise
 
 
-def _rule_outputs(plan: BoundedPlan, node: Apply, lowering, arguments: list, capacity: int | None, resume):
+def _rule_outputs(
+    plan: BoundedPlan, node: Apply, lowering, arguments: list, capacity: int | None, resume
+):
     """A node with its length rule; a size the rule finds unbounded while tracing is refused by
     name."""
     try:
@@ -85,7 +102,9 @@ def _rule_outputs(plan: BoundedPlan, node: Apply, lowering, arguments: list, cap
         raise unbounded_step_count((plan.while_scans or (node,))[0].op, node) from error
 
 
-def _fresh_values(constants: dict[Variable, Any], variables: Sequence[Variable], inputs: Sequence) -> dict[Variable, Any]:
+def _fresh_values(
+    constants: dict[Variable, Any], variables: Sequence[Variable], inputs: Sequence
+) -> dict[Variable, Any]:
     """The graph's values before a run, in containers of their own.
 
     PyTensor's random variables write their new key into the generator's dict,
@@ -108,7 +127,9 @@ def _as_output(value, run_time_length: bool, static_length: int | None):
     if isinstance(value, BoundedInt):
         return value.value
     if isinstance(value, Bounded) and not run_time_length:
-        assert static_length is not None, "an output whose length is not a run-time one has a static one"
+        assert static_length is not None, (
+            "an output whose length is not a run-time one has a static one"
+        )
         return with_capacity(value.buffer, static_length)
     return value
 
@@ -149,14 +170,27 @@ class Climb(NamedTuple):
         return GraphRun(run.outputs, _settled_code(run.error_code, self.with_code), overflow)
 
 
-def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn: Callable[[Apply], Callable], constant) -> LadderedGraph:
+def bounded_graph(
+    fgraph,
+    order: Sequence[Apply],
+    plan: BoundedPlan,
+    default_fn: Callable[[Apply], Callable],
+    constant,
+) -> LadderedGraph:
     """The plan's graph, climbing the ladder at each while-Scan: with more room, the loop resumes
     where it stopped."""
     plain_fns = {node: default_fn(node) for node in order if node not in plan.lowerings}
     constants = _constants(fgraph, order, constant)
     run_time = [output in plan.run_time_lengths for output in fgraph.outputs]
 
-    def interpret(values: dict, start: int, oks: list, overflow: Any, climb: Climb | None, capacity: int | None) -> GraphRun:
+    def interpret(
+        values: dict,
+        start: int,
+        oks: list,
+        overflow: Any,
+        climb: Climb | None,
+        capacity: int | None,
+    ) -> GraphRun:
         """The nodes from ``start`` on; a Scan climbs ``climb`` (None: every Scan gets
         ``capacity``)."""
         for index in range(start, len(order)):
@@ -164,25 +198,37 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
             arguments = [values[value] for value in node.inputs]
             lowering = plan.lowerings.get(node)
             if lowering is None:
-                outputs = _plain_outputs(plan.sizing, plan.while_scans, node, plain_fns[node], arguments)
-                values.update(zip(node.outputs, [outputs] if len(node.outputs) == 1 else outputs, strict=True))
+                outputs = _plain_outputs(
+                    plan.sizing, plan.while_scans, node, plain_fns[node], arguments
+                )
+                values.update(
+                    zip(node.outputs, [outputs] if len(node.outputs) == 1 else outputs, strict=True)
+                )
                 continue
             if lowering.capacity_limited and climb is not None:
                 return climb_at(index, values, oks, overflow, climb, resume=None)
             result = _rule_outputs(plan, node, lowering, arguments, capacity, None)
             oks, overflow = absorb(node, lowering, result, values, oks, overflow)
         results = [
-            _as_output(values[output], keep, output.type.shape[0] if getattr(output.type, "ndim", 0) else None)
+            _as_output(
+                values[output],
+                keep,
+                output.type.shape[0] if getattr(output.type, "ndim", 0) else None,
+            )
             for output, keep in zip(fgraph.outputs, run_time, strict=True)
         ]
         return GraphRun(results, first_failure(oks), overflow)
 
-    def climb_at(index: int, values: dict, oks: list, overflow: Any, climb: Climb, resume) -> GraphRun:
+    def climb_at(
+        index: int, values: dict, oks: list, overflow: Any, climb: Climb, resume
+    ) -> GraphRun:
         """The Scan at ``index`` on the first of the climb's rungs, then the rest of the graph, or
         more room."""
         node = order[index]
         lowering = plan.lowerings[node]
-        result = _rule_outputs(plan, node, lowering, [values[value] for value in node.inputs], climb.rungs[0], resume)
+        result = _rule_outputs(
+            plan, node, lowering, [values[value] for value in node.inputs], climb.rungs[0], resume
+        )
 
         def rest_of_graph() -> GraphRun:
             own_values = _fresh(values)
@@ -200,13 +246,21 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
         @partial(jax.checkpoint, prevent_cse=False)
         def more_room():
             higher = climb._replace(rungs=climb.rungs[1:])
-            return tuple(climb.settled(climb_at(index, _fresh(values), oks, overflow, higher, resume=result.state)))
+            return tuple(
+                climb.settled(
+                    climb_at(index, _fresh(values), oks, overflow, higher, resume=result.state)
+                )
+            )
 
-        return GraphRun(*jax.lax.cond(result.overflow, more_room, lambda: tuple(climb.settled(rest_of_graph()))))
+        return GraphRun(
+            *jax.lax.cond(result.overflow, more_room, lambda: tuple(climb.settled(rest_of_graph())))
+        )
 
     def probe(inputs: Sequence, capacity: int | None) -> GraphRun:
         """Every Scan at one capacity: what the rung's structure is while tracing."""
-        return interpret(_fresh_values(constants, fgraph.inputs, inputs), 0, [], False, None, capacity)
+        return interpret(
+            _fresh_values(constants, fgraph.inputs, inputs), 0, [], False, None, capacity
+        )
 
     if plan.run_time_lengths:
         # Outputs of run-time length are returned at the size of their buffers: one rung, at the
@@ -232,17 +286,30 @@ def bounded_graph(fgraph, order: Sequence[Apply], plan: BoundedPlan, default_fn:
     def higher_rungs(capacities: list[int]) -> list[int]:
         return capacities[len(lower_rungs(capacities)) :]
 
-    return LadderedGraph(climbing(lambda capacities: capacities), climbing(lower_rungs), climbing(higher_rungs))
+    return LadderedGraph(
+        climbing(lambda capacities: capacities), climbing(lower_rungs), climbing(higher_rungs)
+    )
 
 
-def absorb(node: Apply, lowering, result, values: dict, oks: list, overflow: Any) -> tuple[list, Any]:
+def absorb(
+    node: Apply, lowering, result, values: dict, oks: list, overflow: Any
+) -> tuple[list, Any]:
     """A rule's result into ``values`` (in the kinds the plan declared); the checks and overflow so
     far."""
     if isinstance(result, NodeResult):
         result, node_oks, node_overflow, _ = result
         oks, overflow = [*oks, *node_oks], _either(overflow, node_overflow)
     outputs = [result] if len(node.outputs) == 1 else result
-    values.update(zip(node.outputs, (as_kind(value, kind) for value, kind in zip(outputs, lowering.output_kinds, strict=True)), strict=True))
+    values.update(
+        zip(
+            node.outputs,
+            (
+                as_kind(value, kind)
+                for value, kind in zip(outputs, lowering.output_kinds, strict=True)
+            ),
+            strict=True,
+        )
+    )
     return oks, overflow
 
 
@@ -282,7 +349,14 @@ def _settled_code(error_code, with_code: bool):
     return error_code if error_code is not None or not with_code else jnp.int32(0)
 
 
-def step_counted_graph(fgraph, order: Sequence[Apply], plan: ExactLengthsNeeded, default_fn: Callable[[Apply], Callable], constant, **kwargs) -> Callable:
+def step_counted_graph(
+    fgraph,
+    order: Sequence[Apply],
+    plan: ExactLengthsNeeded,
+    default_fn: Callable[[Apply], Callable],
+    constant,
+    **kwargs,
+) -> Callable:
     """``graph(assumed_steps, *inputs) -> (outputs, ((steps_taken, matched), ...))``, one pair per
     while-Scan of the plan."""
     specialised = {node: specialised_scan(node.op, node, **kwargs) for node in plan.nodes}
@@ -301,7 +375,9 @@ def step_counted_graph(fgraph, order: Sequence[Apply], plan: ExactLengthsNeeded,
                 counts.append((taken, matched))
             else:
                 outputs = _plain_outputs(sizing, plan.nodes, node, fns[node], arguments)
-            values.update(zip(node.outputs, [outputs] if len(node.outputs) == 1 else outputs, strict=True))
+            values.update(
+                zip(node.outputs, [outputs] if len(node.outputs) == 1 else outputs, strict=True)
+            )
         return [values[output] for output in fgraph.outputs], tuple(counts)
 
     return graph

@@ -65,9 +65,13 @@ def _is_integral(variable) -> bool:
     return np.dtype(variable.type.dtype).kind in "iub"
 
 
-def _corner_bounds(ufunc: Callable, boxes: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+def _corner_bounds(
+    ufunc: Callable, boxes: list[tuple[np.ndarray, np.ndarray]]
+) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(all="ignore"):
-        corners = np.stack([np.asarray(ufunc(*corner), dtype=np.float64) for corner in itertools.product(*boxes)])
+        corners = np.stack(
+            [np.asarray(ufunc(*corner), dtype=np.float64) for corner in itertools.product(*boxes)]
+        )
     if np.isnan(corners).any():
         unknown = np.full(corners.shape[1:], np.inf)
         return -unknown, unknown
@@ -124,7 +128,11 @@ def _tabulated_result(scalar_op, inputs, value, boolean: bool) -> BoundedInt | N
     table, listed = common
     ufunc = _TABLE_UFUNCS.get(type(scalar_op))
     if isinstance(scalar_op, ps.Cast):
-        ufunc = (lambda x: x != 0) if np.dtype(scalar_op.o_type.dtype).kind == "b" else _CORNER_UFUNCS[ps.Identity]
+        ufunc = (
+            (lambda x: x != 0)
+            if np.dtype(scalar_op.o_type.dtype).kind == "b"
+            else _CORNER_UFUNCS[ps.Identity]
+        )
     with np.errstate(all="ignore"):
         result = (ufunc or np.vectorize(scalar_op.impl, otypes=[np.int64]))(*listed)
     result = np.asarray(result)
@@ -148,7 +156,9 @@ def _scalar_op(op: ps.ScalarOp, node, input_kinds, **kwargs) -> BoundedLowering:
 
 def _integer_scalar_op(scalar_op, fn, node) -> BoundedLowering:
     if not all(_is_integral(output) for output in node.outputs):
-        return BoundedLowering(lambda *inputs: fn(*(value_of(x) for x in inputs)), (None,) * len(node.outputs))
+        return BoundedLowering(
+            lambda *inputs: fn(*(value_of(x) for x in inputs)), (None,) * len(node.outputs)
+        )
     booleans = [output.type.dtype == "bool" for output in node.outputs]
 
     def bounded_integers(*inputs):
@@ -156,7 +166,9 @@ def _integer_scalar_op(scalar_op, fn, node) -> BoundedLowering:
         boxes = [bounds_of(x) for x in inputs]
         if len(node.outputs) == 1:
             tabulated_value = _tabulated_result(scalar_op, inputs, value, booleans[0])
-            return tabulated_value or BoundedInt(value, *integer_bounds(scalar_op, boxes, booleans[0]))
+            return tabulated_value or BoundedInt(
+                value, *integer_bounds(scalar_op, boxes, booleans[0])
+            )
         return [as_bounded_int(output) for output in value]
 
     return BoundedLowering(bounded_integers, kinds("int", len(node.outputs)))
@@ -166,13 +178,20 @@ def _integer_scalar_op(scalar_op, fn, node) -> BoundedLowering:
 def _shape_i(op: Shape_i, node, input_kinds, **kwargs) -> BoundedLowering:
     if op.i == 0 and input_kinds[0] == "array":
         return BoundedLowering(lambda x: x.length, ("int",))
-    return BoundedLowering(lambda x: jnp.shape(x.buffer if isinstance(x, Bounded) else x)[op.i], (None,))
+    return BoundedLowering(
+        lambda x: jnp.shape(x.buffer if isinstance(x, Bounded) else x)[op.i], (None,)
+    )
 
 
 @bounded_jax_funcify.register(Shape)
 def _shape(op: Shape, node, input_kinds, **kwargs) -> BoundedLowering:
     def shape_of_bounded(x: Bounded):
-        value = jnp.concatenate([jnp.reshape(jnp.asarray(x.length.value, "int64"), (1,)), jnp.asarray(x.buffer.shape[1:], "int64")])
+        value = jnp.concatenate(
+            [
+                jnp.reshape(jnp.asarray(x.length.value, "int64"), (1,)),
+                jnp.asarray(x.buffer.shape[1:], "int64"),
+            ]
+        )
         return _stacked(value, [x.length, *x.buffer.shape[1:]])
 
     return BoundedLowering(shape_of_bounded, ("int",))
@@ -203,7 +222,11 @@ def _stacked(value, entries) -> BoundedInt:
         table, listed = common
         return tabulated(value, Table(table.atom, table.first, np.stack(listed, axis=1)))
     boxes = [bounds_of(x) for x in entries]
-    return BoundedInt(value, np.asarray([low for low, _ in boxes], np.float64), np.asarray([high for _, high in boxes], np.float64))
+    return BoundedInt(
+        value,
+        np.asarray([low for low, _ in boxes], np.float64),
+        np.asarray([high for _, high in boxes], np.float64),
+    )
 
 
 def dimshuffled_bounds(op: DimShuffle, bound: np.ndarray, leading: int = 0) -> np.ndarray:
@@ -223,8 +246,13 @@ def integer_dimshuffle(op: DimShuffle, node, **kwargs) -> BoundedLowering:
     def dimshuffle(x: BoundedInt):
         if x.table is not None:
             table = x.table
-            return tabulated(fn(x.value), Table(table.atom, table.first, dimshuffled_bounds(op, table.values, leading=1)))
-        return BoundedInt(fn(x.value), dimshuffled_bounds(op, x.low), dimshuffled_bounds(op, x.high))
+            return tabulated(
+                fn(x.value),
+                Table(table.atom, table.first, dimshuffled_bounds(op, table.values, leading=1)),
+            )
+        return BoundedInt(
+            fn(x.value), dimshuffled_bounds(op, x.low), dimshuffled_bounds(op, x.high)
+        )
 
     return BoundedLowering(dimshuffle, ("int",))
 
@@ -249,15 +277,22 @@ def _check_and_raise(op: CheckAndRaise, node, input_kinds, **kwargs) -> BoundedL
     checks_data = checks_data_at_run_time(op)
     checked_positions = [
         position
-        for position, (kind, condition) in enumerate(zip(input_kinds[1:], node.inputs[1:], strict=True), start=1)
+        for position, (kind, condition) in enumerate(
+            zip(input_kinds[1:], node.inputs[1:], strict=True), start=1
+        )
         if kind == "int" or (checks_data and not isinstance(condition, Constant))
     ]
     checks = tuple(RuntimeCheck(op.exc_type, op.msg) for _ in checked_positions)
 
     def checked(x, *conditions):
-        check(x.buffer if isinstance(x, Bounded) else value_of(x), *(value_of(condition) for condition in conditions))
+        check(
+            x.buffer if isinstance(x, Bounded) else value_of(x),
+            *(value_of(condition) for condition in conditions),
+        )
         oks = [
-            True if holds_always(conditions[position - 1]) else jnp.all(value_of(conditions[position - 1]))
+            True
+            if holds_always(conditions[position - 1])
+            else jnp.all(value_of(conditions[position - 1]))
             for position in checked_positions
         ]
         return NodeResult(x, tuple(oks))
@@ -277,13 +312,19 @@ def _arange(op: ARange, node, input_kinds, **kwargs) -> BoundedLowering:
     them meaningful."""
 
     def arange(start, stop, step):
-        (start_low, start_high), (stop_low, stop_high), (step_low, step_high) = (bounds_of(x) for x in (start, stop, step))
+        (start_low, start_high), (stop_low, stop_high), (step_low, step_high) = (
+            bounds_of(x) for x in (start, stop, step)
+        )
         if not (step_low == step_high and np.isfinite(step_low) and step_low != 0):
             raise NotImplementedError(f"{op}: a step known only at run time")
         step_value = int(step_low)
         # The count grows with stop and shrinks with start for a positive step, the other way for a
         # negative one.
-        fewest, most = ((start_high, stop_low), (start_low, stop_high)) if step_value > 0 else ((start_low, stop_high), (start_high, stop_low))
+        fewest, most = (
+            ((start_high, stop_low), (start_low, stop_high))
+            if step_value > 0
+            else ((start_low, stop_high), (start_high, stop_low))
+        )
         with np.errstate(all="ignore"):
             low, high = (_arange_count(*ends, step_value, np) for ends in (fewest, most))
         if not np.isfinite(high):

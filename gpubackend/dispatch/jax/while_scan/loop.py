@@ -74,7 +74,10 @@ class LoopResult(NamedTuple):
 
 def traced_slots(op: Scan) -> list[int]:
     """Initial entries per traced output (mit-sot, sit-sot, then nit-sot)."""
-    return [*(-min(taps) for taps in (*op.info.mit_sot_in_slices, *op.info.sit_sot_in_slices)), *([0] * op.info.n_nit_sot)]
+    return [
+        *(-min(taps) for taps in (*op.info.mit_sot_in_slices, *op.info.sit_sot_in_slices)),
+        *([0] * op.info.n_nit_sot),
+    ]
 
 
 def _keeps_every_step(store: int, init_len: int) -> bool:
@@ -86,7 +89,10 @@ def static_trace_sizes(op: Scan, node) -> list[int | None]:
     """The declared buffer size of each traced output, where the graph fixes it."""
     outer = list(node.inputs)
     sizes = [buffer.type.shape[0] for buffer in (*op.outer_mitsot(outer), *op.outer_sitsot(outer))]
-    return sizes + [None if getattr(size, "data", None) is None else int(size.data) for size in op.outer_nitsot(outer)]
+    return sizes + [
+        None if getattr(size, "data", None) is None else int(size.data)
+        for size in op.outer_nitsot(outer)
+    ]
 
 
 def possibly_trimmed_traces(op: Scan, node) -> list[bool]:
@@ -109,7 +115,9 @@ def _with_room(buffer: jax.Array, slot: int, capacity: int) -> jax.Array:
 def _like(new, old):
     """``new`` in the dtype of the carried ``old`` (leaf by leaf: a random generator's state is a
     dict)."""
-    return jax.tree.map(lambda value, previous: jnp.asarray(value, dtype=jnp.asarray(previous).dtype), new, old)
+    return jax.tree.map(
+        lambda value, previous: jnp.asarray(value, dtype=jnp.asarray(previous).dtype), new, old
+    )
 
 
 def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., LoopResult]:
@@ -128,17 +136,24 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
     n_taps = len(tap_slices)
     mit_mot_in, mit_mot_out = info.normalized_mit_mot_in_slices, info.normalized_mit_mot_out_slices
 
-    def run(outer_inputs: list, capacity: int | None, resume: LoopResult | None = None) -> LoopResult:
+    def run(
+        outer_inputs: list, capacity: int | None, resume: LoopResult | None = None
+    ) -> LoopResult:
         n_steps = value_of(outer_inputs[0])
         n_low, n_high = (float(bound) for bound in bounds_of(outer_inputs[0]))
         seqs = [as_bounded(seq).buffer for seq in op.outer_seqs(outer_inputs)]
         mit_mot = [as_bounded(buffer) for buffer in op.outer_mitmot(outer_inputs)]
-        taps = [as_bounded(buffer) for buffer in (*op.outer_mitsot(outer_inputs), *op.outer_sitsot(outer_inputs))]
+        taps = [
+            as_bounded(buffer)
+            for buffer in (*op.outer_mitsot(outer_inputs), *op.outer_sitsot(outer_inputs))
+        ]
         untraced = list(op.outer_untraced_sit_sot(outer_inputs))
         non_seqs = [value_of(value) for value in op.outer_non_seqs(outer_inputs)]
         nit_sizes = [as_bounded_int(size) for size in op.outer_nitsot(outer_inputs)]
         if any(not np.isfinite(size.high) for size in nit_sizes):
-            raise NotImplementedError(f"{op}: a nit-sot length known only at run time, with no bound")
+            raise NotImplementedError(
+                f"{op}: a nit-sot length known only at run time, with no bound"
+            )
 
         tap_buffers = [tap.buffer for tap in taps]
         tap_sizes: list[Any] = [tap.length for tap in taps]
@@ -159,30 +174,46 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
             if limited:
                 limit = capacity
 
-
         def wrapped(position, size, slot: int):
             """A ring buffer's position; a buffer with room for every step never wraps, and needs no
             remainder."""
             known = known_value(size)
-            return position if known is not None and known >= limit + slot else position % value_of(size)
+            return (
+                position
+                if known is not None and known >= limit + slot
+                else position % value_of(size)
+            )
 
         def windows_at(step, buffers) -> list:
             """The last ``slot`` entries of each tap buffer before ``step``, oldest first."""
             return [
-                jnp.stack([_entry(buffer, wrapped(step + slot + tap, size, slot)) for tap in range(-slot, 0)])
+                jnp.stack(
+                    [
+                        _entry(buffer, wrapped(step + slot + tap, size, slot))
+                        for tap in range(-slot, 0)
+                    ]
+                )
                 for buffer, slot, size in zip(buffers, slots, tap_sizes, strict=False)
             ]
 
         def inner_inputs(step, mit_mot_buffers, windows, untraced_values):
             mit_mot_taps = chain.from_iterable(
-                (_entry(buffer, step + tap) for tap in in_taps) for buffer, in_taps in zip(mit_mot_buffers, mit_mot_in, strict=True)
+                (_entry(buffer, step + tap) for tap in in_taps)
+                for buffer, in_taps in zip(mit_mot_buffers, mit_mot_in, strict=True)
             )
             # Taps are read from the carried windows, never from the buffers the loop writes: XLA
             # then updates those in place instead of copying them on every step.
             tap_values = chain.from_iterable(
-                (window[slot + tap] for tap in in_taps) for window, in_taps, slot in zip(windows, tap_slices, slots, strict=False)
+                (window[slot + tap] for tap in in_taps)
+                for window, in_taps, slot in zip(windows, tap_slices, slots, strict=False)
             )
-            return (*(_entry(seq, step) for seq in seqs), *mit_mot_taps, *tap_values, *untraced_values, *non_seqs)
+            return (
+                *(_entry(seq, step) for seq in seqs),
+                *mit_mot_taps,
+                *tap_values,
+                *untraced_values,
+                *non_seqs,
+            )
 
         def step_outputs(step, mit_mot_buffers, windows, untraced_values):
             outputs = list(inner_fn(*inner_inputs(step, mit_mot_buffers, windows, untraced_values)))
@@ -199,8 +230,15 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
         # PyTensor's random variables write their new key into the generator's dict: trace on a copy
         # of it.
         first_windows = windows_at(0, tap_buffers)
-        nit_specs = jax.eval_shape(lambda: step_outputs(0, mit_mot_buffers, first_windows, jax.tree.map(lambda leaf: leaf, untraced))[2])
-        nit_buffers = [jnp.zeros((room, *spec.shape), spec.dtype) for room, spec in zip(nit_rooms, nit_specs, strict=True)]
+        nit_specs = jax.eval_shape(
+            lambda: step_outputs(
+                0, mit_mot_buffers, first_windows, jax.tree.map(lambda leaf: leaf, untraced)
+            )[2]
+        )
+        nit_buffers = [
+            jnp.zeros((room, *spec.shape), spec.dtype)
+            for room, spec in zip(nit_rooms, nit_specs, strict=True)
+        ]
 
         def keep_going(carry):
             step, stop, *_ = carry
@@ -216,17 +254,22 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
             # state. lax.while_loop runs it only while the loop goes on: no mask.
             going = keep_going(carry) if reverse_differentiable else True
             step, stop, mit_mot_bufs, bufs, windows, nit_bufs, untraced_values = carry
-            mit_mot_outs, tap_outs, nit_outs, untraced_outs, new_stop = step_outputs(step, mit_mot_bufs, windows, untraced_values)
+            mit_mot_outs, tap_outs, nit_outs, untraced_outs, new_stop = step_outputs(
+                step, mit_mot_bufs, windows, untraced_values
+            )
             mit_mot_bufs = [
                 _written_at_taps(buffer, step, out_taps, values, going)
-                for buffer, values, out_taps in zip(mit_mot_bufs, mit_mot_outs, mit_mot_out, strict=True)
+                for buffer, values, out_taps in zip(
+                    mit_mot_bufs, mit_mot_outs, mit_mot_out, strict=True
+                )
             ]
             bufs = [
                 _written(buffer, wrapped(step + slot, size, slot), value, going)
                 for buffer, value, slot, size in zip(bufs, tap_outs, slots, tap_sizes, strict=False)
             ]
             windows = [
-                _shifted(window, value, going) for window, value in zip(windows, tap_outs, strict=True)
+                _shifted(window, value, going)
+                for window, value in zip(windows, tap_outs, strict=True)
             ]
             nit_bufs = [
                 _written(buffer, wrapped(step, size, 0), value, going)
@@ -235,30 +278,74 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
             untraced_values = _like(untraced_outs, untraced_values)
             if going is not True:
                 untraced_values = jax.tree.map(partial(jnp.where, going), untraced_values, carry[6])
-            stop = jnp.asarray(new_stop, bool) if going is True else jnp.where(going, jnp.asarray(new_stop, bool), stop)
-            return step + jnp.asarray(going, step.dtype), stop, mit_mot_bufs, bufs, windows, nit_bufs, untraced_values
+            stop = (
+                jnp.asarray(new_stop, bool)
+                if going is True
+                else jnp.where(going, jnp.asarray(new_stop, bool), stop)
+            )
+            return (
+                step + jnp.asarray(going, step.dtype),
+                stop,
+                mit_mot_bufs,
+                bufs,
+                windows,
+                nit_bufs,
+                untraced_values,
+            )
 
         step_dtype = jnp.asarray(n_steps).dtype
         if resume is None:
-            init = (jnp.asarray(0, step_dtype), jnp.asarray(False), mit_mot_buffers, tap_buffers, first_windows, nit_buffers, untraced)
+            init = (
+                jnp.asarray(0, step_dtype),
+                jnp.asarray(False),
+                mit_mot_buffers,
+                tap_buffers,
+                first_windows,
+                nit_buffers,
+                untraced,
+            )
         else:
             grown = [
                 with_capacity(trace.buffer, room.shape[0])
                 for trace, room in zip(resume.traces, [*tap_buffers, *nit_buffers], strict=True)
             ]
             windows = windows_at(resume.steps_taken, grown[:n_taps])
-            init = (resume.steps_taken, resume.stopped, mit_mot_buffers, grown[:n_taps], windows, grown[n_taps:], resume.untraced)
+            init = (
+                resume.steps_taken,
+                resume.stopped,
+                mit_mot_buffers,
+                grown[:n_taps],
+                windows,
+                grown[n_taps:],
+                resume.untraced,
+            )
         if reverse_differentiable and max_steps is not None:
             final = _reverse_differentiable_loop(keep_going, body, init, max_steps)
         else:
             final = jax.lax.while_loop(keep_going, body, init)
         steps_taken, stopped, mit_mot_final, tap_final, _, nit_final, untraced_final = final
-        overflow = (steps_taken >= capacity) & (steps_taken < n_steps) & ~stopped if limited else False
+        overflow = (
+            (steps_taken >= capacity) & (steps_taken < n_steps) & ~stopped if limited else False
+        )
         fewest = min(1.0, n_low) if info.as_while else n_low
         sizes = [*tap_sizes, *nit_sizes_in_loop]
-        traces = [Trace(buffer, size, slot) for buffer, size, slot in zip([*tap_final, *nit_final], sizes, slots, strict=True)]
-        mit_mot_result = [(buffer, given.length) for buffer, given in zip(mit_mot_final, mit_mot, strict=True)]
-        return LoopResult(n_steps, steps_taken, (max(fewest, 0.0), limit), mit_mot_result, traces, untraced_final, overflow, stopped)
+        traces = [
+            Trace(buffer, size, slot)
+            for buffer, size, slot in zip([*tap_final, *nit_final], sizes, slots, strict=True)
+        ]
+        mit_mot_result = [
+            (buffer, given.length) for buffer, given in zip(mit_mot_final, mit_mot, strict=True)
+        ]
+        return LoopResult(
+            n_steps,
+            steps_taken,
+            (max(fewest, 0.0), limit),
+            mit_mot_result,
+            traces,
+            untraced_final,
+            overflow,
+            stopped,
+        )
 
     return run
 
@@ -288,7 +375,9 @@ def _shifted(window: jax.Array, value, going) -> jax.Array:
     return shifted if going is True else jnp.where(going, shifted, window)
 
 
-def _written_at_taps(buffer: jax.Array, step, taps: Sequence[int], values: Sequence, going) -> jax.Array:
+def _written_at_taps(
+    buffer: jax.Array, step, taps: Sequence[int], values: Sequence, going
+) -> jax.Array:
     for tap, value in zip(taps, values, strict=True):
         buffer = _written(buffer, step + tap, value, going)
     return buffer
@@ -323,7 +412,12 @@ def _reverse_differentiable_loop(keep_going: Callable, body: Callable, init, max
             return body(carry)
 
         def step_or_skip(value, _):
-            return jax.lax.cond(any_going(value), lambda going: level(going, steps // _LOOP_BASE), lambda stopped: stopped, value), None
+            return jax.lax.cond(
+                any_going(value),
+                lambda going: level(going, steps // _LOOP_BASE),
+                lambda stopped: stopped,
+                value,
+            ), None
 
         if steps != _LOOP_BASE:
             step_or_skip = jax.checkpoint(step_or_skip, prevent_cse=False)

@@ -31,7 +31,11 @@ from gpubackend.dispatch.jax.while_scan.values import Kind
 
 
 def trimmed_while_scans(order: Sequence[Apply]) -> list[Apply]:
-    return [node for node in order if isinstance(node.op, Scan) and any(possibly_trimmed_traces(node.op, node))]
+    return [
+        node
+        for node in order
+        if isinstance(node.op, Scan) and any(possibly_trimmed_traces(node.op, node))
+    ]
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,11 @@ def _run_time_checks(order: Sequence[Apply]) -> set[Apply]:
     to run at run time."""
     if not any(isinstance(node.op, Scan) and node.op.info.as_while for node in order):
         return set()
-    return {node for node in order if isinstance(node.op, CheckAndRaise) and checks_data_at_run_time(node.op)}
+    return {
+        node
+        for node in order
+        if isinstance(node.op, CheckAndRaise) and checks_data_at_run_time(node.op)
+    }
 
 
 def plan_graph(fgraph, order: Sequence[Apply], **kwargs) -> BoundedPlan | ExactLengthsNeeded | None:
@@ -98,18 +106,28 @@ def plan_graph(fgraph, order: Sequence[Apply], **kwargs) -> BoundedPlan | ExactL
         except NotImplementedError as error:
             return ExactLengthsNeeded(tuple(trimmed), node, str(error))
         lowerings[node] = lowering
-        kinds.update((output, kind) for output, kind in zip(node.outputs, lowering.output_kinds, strict=True) if kind)
+        kinds.update(
+            (output, kind)
+            for output, kind in zip(node.outputs, lowering.output_kinds, strict=True)
+            if kind
+        )
     run_time_lengths = tuple(
-        output for output in fgraph.outputs if kinds.get(output) == "array" and output.type.shape[0] is None
+        output
+        for output in fgraph.outputs
+        if kinds.get(output) == "array" and output.type.shape[0] is None
     )
     output_kinds = tuple(kinds.get(output) for output in fgraph.outputs)
-    return BoundedPlan(tuple(trimmed), lowerings, output_kinds, run_time_lengths, _sizing_nodes(trimmed))
+    return BoundedPlan(
+        tuple(trimmed), lowerings, output_kinds, run_time_lengths, _sizing_nodes(trimmed)
+    )
 
 
 def _sizing_nodes(while_scans: Sequence[Apply]) -> frozenset[Apply]:
     """Every node the while-Scans' inputs are computed from."""
     seen: set[Apply] = set()
-    pending = [value.owner for node in while_scans for value in node.inputs if value.owner is not None]
+    pending = [
+        value.owner for node in while_scans for value in node.inputs if value.owner is not None
+    ]
     while pending:
         node = pending.pop()
         if node not in seen:

@@ -7,12 +7,17 @@ from gpubackend.dispatch.jax.lowering_context import LoweringContext
 from gpubackend.errors import DataDependentLengthError
 
 _STOCK_PATH = (
-    "a JAX linker that cannot read a length back to the " "host (mode='JAX', and get_jaxified_graph, which "
+    "a JAX linker that cannot read a length back to the "
+    "host (mode='JAX', and get_jaxified_graph, which "
     "numpyro, blackjax and nutpie's JAX backend use)"
 )
-_INNER_PATH = "the inner graph of another op (a Scan's body, " "an OpFromGraph), whose outputs need one shape for every call"
+_INNER_PATH = (
+    "the inner graph of another op (a Scan's body, "
+    "an OpFromGraph), whose outputs need one shape for every call"
+)
 _STATIC_SHAPES = (
-    "make the result a value of static shape: trace[-1], a " "reduction such as trace.sum(), or the trace padded to "
+    "make the result a value of static shape: trace[-1], a "
+    "reduction such as trace.sum(), or the trace padded to "
     "its bound (pt.set_subtensor(pt.zeros((n_steps, ...))[: trace.shape[0]], trace))"
 )
 _JAX_GPU = (
@@ -28,25 +33,40 @@ def _path(context: LoweringContext) -> str:
 def run_time_length_output(scan, output, context: LoweringContext) -> DataDependentLengthError:
     advice = ("To run it, " if context.nested else _JAX_GPU) + _STATIC_SHAPES
     return DataDependentLengthError(
-        f"{scan}: output {output} has the length of this " "while-Scan's trace, which depends on how many steps the "
-        f"`until` condition allows; {_path(context)} " f"cannot return a data-dependent shape. {advice}."
+        f"{scan}: output {output} has the length of this "
+        "while-Scan's trace, which depends on how many steps the "
+        f"`until` condition allows; {_path(context)} "
+        f"cannot return a data-dependent shape. {advice}."
     )
 
 
-def no_length_rule(scan, consumer, reason: str, context: LoweringContext) -> DataDependentLengthError:
-    specialise = "" if context.nested else " mode='JAX_GPU' specialises such a graph on the step counts taken instead."
+def no_length_rule(
+    scan, consumer, reason: str, context: LoweringContext
+) -> DataDependentLengthError:
+    specialise = (
+        ""
+        if context.nested
+        else " mode='JAX_GPU' specialises such a graph on the step counts taken instead."
+    )
     return DataDependentLengthError(
-        f"{scan}: its trace, of a length known only at run " f"time, reaches {consumer.op}, which needs its exact "
-        f"length ({reason}); in {_path(context)} the length " "cannot be read back. Compute a value of static shape "
-        f"before {consumer.op} (trace[-1], a reduction, " f"or the trace padded to its bound).{specialise}"
+        f"{scan}: its trace, of a length known only at run "
+        f"time, reaches {consumer.op}, which needs its exact "
+        f"length ({reason}); in {_path(context)} the length "
+        "cannot be read back. Compute a value of static shape "
+        f"before {consumer.op} (trace[-1], a reduction, "
+        f"or the trace padded to its bound).{specialise}"
     )
 
 
 def unbounded_step_count(scan, sizing_node) -> DataDependentLengthError:
     return DataDependentLengthError(
-        f"{scan}: its number of steps, or the size of a buffer " "after it, is computed from values known only at run "
-        f"time ({sizing_node.op} gets one), so JAX has no bound " "for its buffers while it traces the graph, on any "
-        "path. Give the loop a bound known while tracing, a " "constant or a shape (under mode='JAX' and 'JAX_GPU' "
-        "also an integer input of the function; get_jaxified_graph " "traces every input), and stop it early with "
+        f"{scan}: its number of steps, or the size of a buffer "
+        "after it, is computed from values known only at run "
+        f"time ({sizing_node.op} gets one), so JAX has no bound "
+        "for its buffers while it traces the graph, on any "
+        "path. Give the loop a bound known while tracing, a "
+        "constant or a shape (under mode='JAX' and 'JAX_GPU' "
+        "also an integer input of the function; get_jaxified_graph "
+        "traces every input), and stop it early with "
         "`until`."
     )

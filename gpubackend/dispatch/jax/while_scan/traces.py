@@ -50,8 +50,14 @@ def _oldest_first(trace: Trace, steps, steps_bounds: tuple[float, float]):
     written, size = steps + slot, value_of(trace.size)
     if is_static(size, written):
         size, written = int(size), int(written)
-        return buffer[:written] if written < size else jnp.roll(buffer[:size], -(written % size), axis=0)
-    length = length_between(jnp.minimum(written, size), min(written_low, size_low), min(written_high, size_high))
+        return (
+            buffer[:written]
+            if written < size
+            else jnp.roll(buffer[:size], -(written % size), axis=0)
+        )
+    length = length_between(
+        jnp.minimum(written, size), min(written_low, size_low), min(written_high, size_high)
+    )
     if written_high <= size_low:
         return Bounded(buffer, length)  # never wrapped: the entries are in order already
     shift = jnp.where(written >= size, written % size, 0)
@@ -68,7 +74,8 @@ def bounded_outputs(op: Scan, loop: LoopResult, trimmable: Sequence[bool]) -> li
     """Every output as a plain array where its length is static, `Bounded` where it is known only at
     run time."""
     mit_mot = [
-        buffer if known_value(size) == buffer.shape[0] else Bounded(buffer, size) for buffer, size in loop.mit_mot
+        buffer if known_value(size) == buffer.shape[0] else Bounded(buffer, size)
+        for buffer, size in loop.mit_mot
     ]
     traces = [
         rotated(trace.buffer, trace.slot, loop.steps_taken)
@@ -86,12 +93,18 @@ def bounded_scan(op: Scan, node, input_kinds: Sequence[Kind], **kwargs) -> Bound
         raise NotImplementedError(f"{op}: a while-Scan with mit-mot states has no JAX lowering")
     outer = list(node.inputs)
     kinds = dict(zip(outer, input_kinds, strict=True))
-    if any(kinds[value] == "array" for value in (*op.outer_non_seqs(outer), *op.outer_untraced_sit_sot(outer))):
+    if any(
+        kinds[value] == "array"
+        for value in (*op.outer_non_seqs(outer), *op.outer_untraced_sit_sot(outer))
+    ):
         raise NotImplementedError(f"{op}: a non-sequence or untraced state with a run-time length")
     trimmable = possibly_trimmed_traces(op, node)
     traced_inputs = [*op.outer_mitsot(outer), *op.outer_sitsot(outer), *op.outer_nitsot(outer)]
     output_kinds: list[Kind] = [kinds[buffer] for buffer in op.outer_mitmot(outer)]
-    output_kinds += ["array" if trim or kinds[value] is not None else None for trim, value in zip(trimmable, traced_inputs, strict=True)]
+    output_kinds += [
+        "array" if trim or kinds[value] is not None else None
+        for trim, value in zip(trimmable, traced_inputs, strict=True)
+    ]
     output_kinds += [None] * op.info.n_untraced_sit_sot
     run = scan_loop(op, trimmable, **kwargs)
 
@@ -121,11 +134,17 @@ def specialised_scan(op: Scan, node, **kwargs) -> Callable:
             raise NotImplementedError(f"{op}: its step bound is only known at run time")
         steps = max_steps if assumed_steps is None else assumed_steps
         traces = [
-            _as_pytensor_returns(trace.buffer, trace.slot, steps, max_steps) if trim else rotated(trace.buffer, trace.slot, loop.steps_taken)
+            _as_pytensor_returns(trace.buffer, trace.slot, steps, max_steps)
+            if trim
+            else rotated(trace.buffer, trace.slot, loop.steps_taken)
             for trace, trim in zip(loop.traces, trimmable, strict=True)
         ]
         outputs = [*traces, *loop.untraced]
-        return (outputs[0] if len(outputs) == 1 else outputs), loop.steps_taken, loop.steps_taken == steps
+        return (
+            (outputs[0] if len(outputs) == 1 else outputs),
+            loop.steps_taken,
+            loop.steps_taken == steps,
+        )
 
     return scan
 
@@ -140,4 +159,3 @@ def _as_pytensor_returns(buffer: jax.Array, init_len: int, steps: int, max_steps
     # Entries never written are zeroed, then the tail of steps not taken is cut off.
     buffer = buffer.at[written:].set(0)
     return buffer[: -(max_steps - steps)] if steps < max_steps else buffer
-

@@ -136,7 +136,12 @@ def length_between(value, low, high) -> BoundedInt:
     is small."""
     low, high = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
     if is_traced(value) and np.isfinite(low) and np.isfinite(high) and high - low < TABLE_LIMIT:
-        return BoundedInt(value, low, high, Table(value, int(low), np.arange(int(low), int(high) + 1, dtype=np.float64)))
+        return BoundedInt(
+            value,
+            low,
+            high,
+            Table(value, int(low), np.arange(int(low), int(high) + 1, dtype=np.float64)),
+        )
     return BoundedInt(value, low, high)
 
 
@@ -149,7 +154,9 @@ def tabulated(value, table: Table) -> BoundedInt:
 def common_tables(values) -> tuple[Table, list] | None:
     """The values as arrays over one atom (a known value repeated), if each is known or tabulated on
     that atom."""
-    tables = [value.table for value in values if isinstance(value, BoundedInt) and value.table is not None]
+    tables = [
+        value.table for value in values if isinstance(value, BoundedInt) and value.table is not None
+    ]
     if not tables or any(table.atom is not tables[0].atom for table in tables):
         return None
     listed = []
@@ -176,7 +183,11 @@ def known_equal(first, other) -> bool:
 def holds_always(condition) -> bool:
     """Whether a boolean (or integer) condition is true on every run, by its bounds or its table."""
     low, _ = bounds_of(condition)
-    return bool(np.all(low >= 1)) or (isinstance(condition, BoundedInt) and condition.table is not None and bool(np.all(condition.table.values != 0)))
+    return bool(np.all(low >= 1)) or (
+        isinstance(condition, BoundedInt)
+        and condition.table is not None
+        and bool(np.all(condition.table.values != 0))
+    )
 
 
 def as_bounded(value) -> Bounded:
@@ -199,7 +210,9 @@ def as_kind(value, kind: Kind):
 def valid_rows(value: Bounded) -> jax.Array:
     """True for the meaningful entries, shaped to broadcast against the buffer."""
     buffer = value.buffer
-    return (jnp.arange(value.capacity) < value.length.value).reshape((value.capacity,) + (1,) * (buffer.ndim - 1))
+    return (jnp.arange(value.capacity) < value.length.value).reshape(
+        (value.capacity,) + (1,) * (buffer.ndim - 1)
+    )
 
 
 def with_capacity(buffer: jax.Array, capacity: int) -> jax.Array:
