@@ -19,7 +19,7 @@ REPORTS ?= reports
 WHILE_GRAPHS ?= 18
 WHILE_FLAGS ?=
 
-.PHONY: venv run test bench conformance ci-legs constraints clean
+.PHONY: venv run test lint bench conformance ci-legs constraints clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(PY) || "$$(tools/find-python.sh)" -m venv $(VENV)
@@ -34,6 +34,13 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(WORKERS) $(PYTEST_ARGS)
+
+# ruff (lint and format) and mypy, configured in pyproject.toml, and no import cycle in the package.
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+	$(PY) tools/import_cycles.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
