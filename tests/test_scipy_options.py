@@ -18,12 +18,12 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 import scipy.optimize
-from pytensor.tensor.optimize import minimize, minimize_scalar, root, root_scalar
+from pytensor.tensor.optimize import RootScalarOp, minimize, minimize_scalar, root, root_scalar
 
 from gpubackend import ObjectModeFallbackWarning
-from gpubackend.dispatch.jax.optimize_methods import ScipyIterations, solver_choice
+from gpubackend.dispatch.jax.optimize_methods import JAX_SOLVERS, ScipyIterations, solver_choice
 from gpubackend.dispatch.numba.optimize_plan import has_native_solver, solver_plan
-from gpubackend.scipy_options import UnsupportedOption, resolve
+from gpubackend.scipy_options import OP_OPTIONS, UnsupportedOption, resolve
 from tests.jax_lowering_harness import compile_checked
 
 X = pt.vector("x", shape=(4,))
@@ -244,3 +244,21 @@ def test_scipy_options_imports_neither_jax_nor_numba():
     )
     loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert loaded.strip() == "[]"
+
+
+def _marked(backend: str) -> set[tuple[type, str]]:
+    return {
+        (op_type, key)
+        for op_type, options in OP_OPTIONS.items()
+        for key, method in options.methods.items()
+        if getattr(method, backend) is not None
+    }
+
+
+def test_each_backend_runs_exactly_the_methods_the_table_gives_it():
+    """The one table of methods (scipy_options.methods) and each backend's solvers name the same methods."""
+    from gpubackend.dispatch.numba.optimize import NATIVE_SOLVERS
+
+    assert set(JAX_SOLVERS) == _marked("jax")
+    # Newton without a derivative output runs on a forward difference: a second solver, one method.
+    assert set(NATIVE_SOLVERS) - {(RootScalarOp, "newton-forward-difference")} == _marked("numba")

@@ -1,7 +1,12 @@
-"""The scipy methods gpubackend knows, per optimize op: spelling, default settings, what ``tol`` sets.
+"""The scipy methods gpubackend knows, per optimize op, and which backend runs each: one table.
 
-Either backend lowers a subset of these; each says which (and which options it
-honours) itself. A method outside this table has no lowering on either.
+Each entry gives scipy's spelling, default settings and what ``tol`` sets, and
+what each backend supports: `JaxSupport` (optimistix, the options it honours)
+and `NumbaSupport` (a native solver, the derivative outputs it needs). Both
+lowerings read their support from here; each backend keeps only the code that
+runs a method, keyed by the same (op type, method) pairs (tests/test_scipy_options.py
+checks that the keys match this table). A method outside the table has no
+lowering on either backend.
 """
 
 from __future__ import annotations
@@ -13,6 +18,25 @@ from typing import NamedTuple
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp
 
 from gpubackend.scipy_options import settings as s
+
+
+@dataclass(frozen=True)
+class JaxSupport:
+    """The method runs on optimistix under JAX; setting any other option is refused."""
+
+    honours: frozenset[str]
+
+
+@dataclass(frozen=True)
+class NumbaSupport:
+    """The method has a native Numba solver.
+
+    It needs the op's derivative outputs named in ``derivatives`` (without
+    them the op runs scipy in object mode), and cannot honour ``ignores``.
+    """
+
+    derivatives: tuple[str, ...] = ()
+    ignores: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -28,6 +52,10 @@ class ScipyMethod:
     """The op input scipy refuses for this method."""
     lacks: frozenset[str] = frozenset()
     """Fields of the settings family that this method does not take (they keep their default)."""
+    jax: JaxSupport | None = None
+    """How the JAX lowering runs it; None: it refuses the method."""
+    numba: NumbaSupport | None = None
+    """Its native Numba solver; None: the op runs scipy in object mode."""
 
     def options(self) -> tuple[str, ...]:
         """The scipy option names this method takes."""
@@ -54,37 +82,97 @@ def _by_key(*methods: ScipyMethod) -> dict[str, ScipyMethod]:
     return {method.name.lower(): method for method in methods}
 
 
+_ITERATIONS = frozenset({"gtol", "maxiter"})
+_ROOT_SCALAR = frozenset({"xtol", "rtol", "maxiter"})
+_JAX_ROOT_SCALAR = JaxSupport(_ROOT_SCALAR)
+_NATIVE = NumbaSupport()
+"""A scalar method's native solver: it needs no derivative output."""
+_NATIVE_WITH_JAC = NumbaSupport(("jac",))
+_NATIVE_WITH_HESS = NumbaSupport(("jac", "hess"))
+
+_NATIVE_BRACKETING = frozenset({"bisect", "brentq"})
 _BRACKETING_ROOT = tuple(
-    ScipyMethod(name, s.BRACKETING_ROOT, needs_input="bracket") for name in ("bisect", "brentq", "brenth", "ridder", "toms748")
+    ScipyMethod(
+        name,
+        s.BRACKETING_ROOT,
+        needs_input="bracket",
+        jax=_JAX_ROOT_SCALAR,
+        numba=_NATIVE if name in _NATIVE_BRACKETING else None,
+    )
+    for name in ("bisect", "brentq", "brenth", "ridder", "toms748")
 )
 
 OP_OPTIONS: dict[type, OpOptions] = {
     MinimizeOp: OpOptions(
         "minimize",
         _by_key(
-            ScipyMethod("BFGS", s.BFGS, ("gtol",)),
-            ScipyMethod("CG", s.CG, ("gtol",), lacks=frozenset({"xrtol"})),
-            ScipyMethod("L-BFGS-B", s.LBFGSBSettings(), ("ftol", "gtol")),
-            ScipyMethod("Newton-CG", s.NewtonCGSettings(), ("xtol",)),
-            ScipyMethod("trust-exact", s.TrustExactSettings(), ("gtol",)),
+            ScipyMethod(
+                "BFGS", s.BFGS, ("gtol",), jax=JaxSupport(_ITERATIONS), numba=_NATIVE_WITH_JAC
+            ),
+            ScipyMethod(
+                "CG", s.CG, ("gtol",), lacks=frozenset({"xrtol"}), jax=JaxSupport(_ITERATIONS)
+            ),
+            ScipyMethod(
+                "L-BFGS-B",
+                s.LBFGSBSettings(),
+                ("ftol", "gtol"),
+                jax=JaxSupport(frozenset({"ftol", "gtol", "maxiter", "maxfun", "maxcor"})),
+                numba=_NATIVE_WITH_JAC,
+            ),
+            ScipyMethod("Newton-CG", s.NewtonCGSettings(), ("xtol",), numba=_NATIVE_WITH_HESS),
+            ScipyMethod("trust-exact", s.TrustExactSettings(), ("gtol",), numba=_NATIVE_WITH_HESS),
         ),
         frozenset({"bounds"}),
     ),
     RootOp: OpOptions(
         "root",
         _by_key(
-            ScipyMethod("hybr", s.HybrSettings(), ("xtol",)),
-            ScipyMethod("lm", s.LMSettings(), ("xtol",)),
-            ScipyMethod("newton", s.NewtonRootSettings(), ("xtol",)),
+            ScipyMethod(
+                "hybr",
+                s.HybrSettings(),
+                ("xtol",),
+                jax=JaxSupport(frozenset({"xtol", "maxfev"})),
+                numba=_NATIVE_WITH_JAC,
+            ),
+            ScipyMethod(
+                "lm",
+                s.LMSettings(),
+                ("xtol",),
+                jax=JaxSupport(frozenset({"xtol", "ftol", "maxiter"})),
+                # The damping is Marquardt's scaled update, not MINPACK's trust region: no `factor`.
+                numba=NumbaSupport(("jac",), frozenset({"factor"})),
+            ),
+            ScipyMethod("newton", s.NewtonRootSettings(), ("xtol",), numba=_NATIVE_WITH_JAC),
         ),
         frozenset(),
     ),
     MinimizeScalarOp: OpOptions(
         "minimize_scalar",
         _by_key(
-            ScipyMethod("brent", s.BRENT, ("xtol",), refuses_input="bounds"),
-            ScipyMethod("golden", s.GOLDEN, ("xtol",), refuses_input="bounds"),
-            ScipyMethod("bounded", s.BoundedMinimizeSettings(), ("xatol",), needs_input="bounds"),
+            ScipyMethod(
+                "brent",
+                s.BRENT,
+                ("xtol",),
+                refuses_input="bounds",
+                jax=JaxSupport(frozenset({"xtol", "maxiter"})),
+                numba=_NATIVE,
+            ),
+            ScipyMethod(
+                "golden",
+                s.GOLDEN,
+                ("xtol",),
+                refuses_input="bounds",
+                jax=JaxSupport(frozenset({"xtol", "maxiter"})),
+                numba=_NATIVE,
+            ),
+            ScipyMethod(
+                "bounded",
+                s.BoundedMinimizeSettings(),
+                ("xatol",),
+                needs_input="bounds",
+                jax=JaxSupport(frozenset({"xatol", "maxiter"})),
+                numba=_NATIVE,
+            ),
         ),
         frozenset(),
     ),
@@ -92,9 +180,9 @@ OP_OPTIONS: dict[type, OpOptions] = {
         "root_scalar",
         _by_key(
             *_BRACKETING_ROOT,
-            ScipyMethod("newton", s.NEWTON_SCALAR),
-            ScipyMethod("halley", s.NEWTON_SCALAR),
-            ScipyMethod("secant", s.SecantSettings()),
+            ScipyMethod("newton", s.NEWTON_SCALAR, jax=_JAX_ROOT_SCALAR, numba=_NATIVE),
+            ScipyMethod("halley", s.NEWTON_SCALAR, jax=_JAX_ROOT_SCALAR),
+            ScipyMethod("secant", s.SecantSettings(), jax=_JAX_ROOT_SCALAR, numba=_NATIVE),
         ),
         frozenset({"xtol", "rtol", "maxiter", "x1"}),
         takes_tol=False,

@@ -54,7 +54,9 @@ def op_options(op: ScipyWrapperOp) -> OpOptions:
     try:
         return OP_OPTIONS[type(op)]
     except KeyError:
-        raise TypeError(f"expected one of PyTensor's optimize ops {sorted(t.__name__ for t in OP_OPTIONS)}, got {op}") from None
+        raise TypeError(
+            f"expected one of PyTensor's optimize ops {sorted(t.__name__ for t in OP_OPTIONS)}, got {op}"
+        ) from None
 
 
 def scipy_method(op: ScipyWrapperOp) -> ScipyMethod:
@@ -83,12 +85,16 @@ def resolve(op: ScipyWrapperOp) -> ResolvedOptions:
         name: _coerce(options.kind, method, name, value, getattr(method.defaults, name))
         for name, value in given.items()
     }
-    return ResolvedOptions(options.kind, method, method.defaults._replace(**values), frozenset(values))
+    return ResolvedOptions(
+        options.kind, method, method.defaults._replace(**values), frozenset(values)
+    )
 
 
 def _check_inputs(kind: str, method: ScipyMethod, bound_inputs: tuple[str, ...]) -> None:
     if method.needs_input and method.needs_input not in bound_inputs:
-        raise ValueError(f"{kind}(method={method.name!r}) needs `{method.needs_input}`, but none was given")
+        raise ValueError(
+            f"{kind}(method={method.name!r}) needs `{method.needs_input}`, but none was given"
+        )
     if method.refuses_input and method.refuses_input in bound_inputs:
         raise ValueError(
             f"{kind}(method={method.name!r}) does not take `{method.refuses_input}`"
@@ -96,12 +102,16 @@ def _check_inputs(kind: str, method: ScipyMethod, bound_inputs: tuple[str, ...])
         )
 
 
-def _given_options(options: OpOptions, method: ScipyMethod, kwargs: dict[str, Any]) -> dict[str, Any]:
+def _given_options(
+    options: OpOptions, method: ScipyMethod, kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """The options the caller set: the ``options`` dict, then top-level keys, then ``tol``."""
     given = dict(kwargs.pop("options", None) or {})
     tol = kwargs.pop("tol", None) if options.takes_tol else None
     if unknown := sorted(set(kwargs) - options.top_level - _COSMETIC):
-        expected = sorted(options.top_level | {"options"} | ({"tol"} if options.takes_tol else set()))
+        expected = sorted(
+            options.top_level | {"options"} | ({"tol"} if options.takes_tol else set())
+        )
         raise UnsupportedOption(
             f"{options.kind}(method={method.name!r}): keyword arguments {unknown} are not supported; "
             f"expected some of {expected}"
@@ -111,7 +121,9 @@ def _given_options(options: OpOptions, method: ScipyMethod, kwargs: dict[str, An
     if tol is not None:
         for target in method.tol_sets:
             given.setdefault(target, tol)
-    return {name: value for name, value in given.items() if name not in _COSMETIC and value is not None}
+    return {
+        name: value for name, value in given.items() if name not in _COSMETIC and value is not None
+    }
 
 
 def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any) -> Any:
@@ -132,12 +144,19 @@ def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any)
 def _box_bounds(where: str, bounds: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """scipy ``bounds`` (``Bounds`` or ``(lower, upper)`` pairs, ``None`` = open) as two tuples."""
     if hasattr(bounds, "lb") and hasattr(bounds, "ub"):
-        lower, upper = np.broadcast_arrays(np.asarray(bounds.lb, float), np.asarray(bounds.ub, float))
+        lower, upper = np.broadcast_arrays(
+            np.asarray(bounds.lb, float), np.asarray(bounds.ub, float)
+        )
         return tuple(map(float, np.atleast_1d(lower))), tuple(map(float, np.atleast_1d(upper)))
     try:
-        pairs = [(-np.inf if lo is None else float(lo), np.inf if hi is None else float(hi)) for lo, hi in bounds]
+        pairs = [
+            (-np.inf if lo is None else float(lo), np.inf if hi is None else float(hi))
+            for lo, hi in bounds
+        ]
     except (TypeError, ValueError) as error:
-        raise ValueError(f"{where} must be a scipy Bounds or a sequence of (lower, upper) pairs, got {bounds!r}") from error
+        raise ValueError(
+            f"{where} must be a scipy Bounds or a sequence of (lower, upper) pairs, got {bounds!r}"
+        ) from error
     if not pairs:
         raise ValueError(f"{where} is empty; give one (lower, upper) pair per element of x")
     lower, upper = zip(*pairs, strict=True)

@@ -16,14 +16,12 @@ from gpubackend.dispatch.jax.replacements import replaces
 
 
 def _register_on_first_use(op_class: type) -> None:
-    lowering_name = f"jax_funcify_{op_class.__name__}"
-
     def lower(op, node=None, **kwargs) -> Callable:
-        from gpubackend.dispatch.jax import optimize_lowering
+        from gpubackend.dispatch.jax.optimize_lowering import LOWERINGS
 
-        return getattr(optimize_lowering, lowering_name)(op, node=node, **kwargs)
+        return LOWERINGS[op_class](op, node=node, **kwargs)
 
-    lower.__name__ = lowering_name
+    lower.__name__ = lower.__qualname__ = f"jax_funcify_{op_class.__name__}"
     replaces(op_class)(lower)
 
 

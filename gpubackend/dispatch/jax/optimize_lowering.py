@@ -7,8 +7,8 @@ op's ``success`` output is True exactly when optimistix reports a successful
 result. Gradients of the solution need nothing here: PyTensor derives them
 symbolically (implicit function theorem), so the backward graph is ordinary ops.
 Under `Blockwise` the stock lowering vectorises the core function with vmap.
-The ``jax_funcify_*`` functions are recorded by `optimize`,
-which imports this module (and optimistix) only when an optimize op is lowered.
+`LOWERINGS` maps each op class to its lowering; `optimize` registers the op
+classes and imports this module (and optimistix) only when one is first lowered.
 """
 
 from __future__ import annotations
@@ -19,7 +19,13 @@ import jax
 import jax.numpy as jnp
 import optimistix as optx
 from pytensor.link.jax.dispatch.basic import jax_funcify
-from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp, ScipyWrapperOp
+from pytensor.tensor.optimize import (
+    MinimizeOp,
+    MinimizeScalarOp,
+    RootOp,
+    RootScalarOp,
+    ScipyWrapperOp,
+)
 
 from gpubackend.dispatch.jax.bracket import expand_bracket
 from gpubackend.dispatch.jax.optimize_methods import SolverChoice, solver_choice, solver_for_size
@@ -52,16 +58,27 @@ def _start(x0, dtype: str) -> jax.Array:
     return jnp.asarray(x0, dtype=dtype)
 
 
-def _solved(solve: Callable, fn: Objective, choice: SolverChoice, x0, args: tuple, options: dict | None = None):
+def _solved(
+    solve: Callable,
+    fn: Objective,
+    choice: SolverChoice,
+    x0,
+    args: tuple,
+    options: dict | None = None,
+):
     """``(solution, success)``: run without throwing; success is optimistix's own verdict."""
-    solution = solve(fn, choice.solver, x0, args=args, options=options, max_steps=choice.max_steps, throw=False)
+    solution = solve(
+        fn, choice.solver, x0, args=args, options=options, max_steps=choice.max_steps, throw=False
+    )
     return solution.value.astype(x0.dtype), solution.result == optx.RESULTS.successful
 
 
 def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable) -> Callable:
     """Lower a vector minimize/root op: ``solve`` is ``optx.minimise`` or ``optx.root_find``."""
     dtype = _dtype(op)
-    choice_for_size = solver_for_size(op, dtype)  # refuses unsupported methods and options at compile time
+    choice_for_size = solver_for_size(
+        op, dtype
+    )  # refuses unsupported methods and options at compile time
     objective = _objective(op, kwargs)
 
     def vector_solve(x0, *args):
@@ -80,7 +97,9 @@ def jax_funcify_RootOp(op: RootOp, node=None, **kwargs) -> Callable:
     return _vector_solve(op, kwargs, optx.root_find)
 
 
-def _bounds_by_name(op: ScipyWrapperOp, outer_inputs: Sequence) -> tuple[tuple, dict[str, jax.Array]]:
+def _bounds_by_name(
+    op: ScipyWrapperOp, outer_inputs: Sequence
+) -> tuple[tuple, dict[str, jax.Array]]:
     (_, *args), bound_inputs = op.split_inputs(outer_inputs)
     return tuple(args), dict(zip(op.bound_kwargs, bound_inputs, strict=True))
 
@@ -92,7 +111,11 @@ def _search_interval(objective: Objective, bounds: dict, args: tuple, max_steps:
         return lower, upper, jnp.array(True)
     bracket = bounds.get("bracket")
     if bracket is not None and bracket.shape[0] == 3:
-        return jnp.minimum(bracket[0], bracket[2]), jnp.maximum(bracket[0], bracket[2]), jnp.array(True)
+        return (
+            jnp.minimum(bracket[0], bracket[2]),
+            jnp.maximum(bracket[0], bracket[2]),
+            jnp.array(True),
+        )
     start = bracket if bracket is not None else jnp.array([0.0, 1.0])
     return expand_bracket(lambda y: objective(y, args), start[0], start[1], max_steps)
 
@@ -106,12 +129,20 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> C
         x0 = _start(x0, dtype)
         args, bounds = _bounds_by_name(op, (x0, *inputs))
         lower, upper, found = _search_interval(objective, bounds, args, choice.max_steps)
+
         # Searched as an offset from `lower`: optimistix 0.1.0's GoldenSearch places
         # its first probe at (upper - lower) / (phi + 1), i.e. as if lower were 0.
         def from_lower(offset, args):
             return objective(lower + offset, args)
 
-        offset, success = _solved(optx.minimise, from_lower, choice, x0 - lower, args, {"lower": 0.0, "upper": upper - lower})
+        offset, success = _solved(
+            optx.minimise,
+            from_lower,
+            choice,
+            x0 - lower,
+            args,
+            {"lower": 0.0, "upper": upper - lower},
+        )
         return (lower + offset).astype(x0.dtype), success & found
 
     return minimize_scalar
@@ -134,7 +165,17 @@ def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
         orientation = jnp.where(at_upper < 0, -1.0, 1.0).astype(x0.dtype)
         sign_changes = at_lower * at_upper <= 0
         rising = lambda y, args: orientation * equation(y, args)  # noqa: E731
-        value, success = _solved(optx.root_find, rising, choice, x0, args, {"lower": lower, "upper": upper})
+        value, success = _solved(
+            optx.root_find, rising, choice, x0, args, {"lower": lower, "upper": upper}
+        )
         return value, success & sign_changes
 
     return root_scalar
+
+
+LOWERINGS: dict[type, Callable[..., Callable]] = {
+    MinimizeOp: jax_funcify_MinimizeOp,
+    RootOp: jax_funcify_RootOp,
+    MinimizeScalarOp: jax_funcify_MinimizeScalarOp,
+    RootScalarOp: jax_funcify_RootScalarOp,
+}

@@ -15,16 +15,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
-from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp, ScipyWrapperOp
+from pytensor.tensor.optimize import (
+    MinimizeOp,
+    MinimizeScalarOp,
+    RootOp,
+    RootScalarOp,
+    ScipyWrapperOp,
+)
 
-from gpubackend.scipy_options import OP_OPTIONS, minimize_maxiter, minpack_maxfev, op_options, resolve
+from gpubackend.scipy_options import (
+    OP_OPTIONS,
+    minimize_maxiter,
+    minpack_maxfev,
+    op_options,
+    resolve,
+)
 from gpubackend.scipy_options import settings as s
+from gpubackend.scipy_options.methods import JaxSupport
 
 # optimistix's NelderMead is left out on purpose: on a smooth 3-variable
 # quadratic-plus-quartic it reports success at points that are not minima
@@ -81,7 +94,9 @@ class ScipyIterations(optx.AbstractMinimiser):
         inner, iterations = state
         done, result = self.solver.terminate(fn, y, args, options, inner, tags)
         out_of_iterations = (iterations >= self.max_iterations) & ~done
-        result = optx.RESULTS.where(out_of_iterations, optx.RESULTS.nonlinear_max_steps_reached, result)
+        result = optx.RESULTS.where(
+            out_of_iterations, optx.RESULTS.nonlinear_max_steps_reached, result
+        )
         return done | out_of_iterations, result
 
     def postprocess(self, fn, y, aux, args, options, state, tags, result):
@@ -93,15 +108,15 @@ EVALUATIONS_PER_ITERATION = 64
 step 64 times has stalled (2**-64), so the iteration count is what stops a solve."""
 
 
-
-
 def _floored(dtype: str, rtol: float, atol: float) -> tuple[float, float]:
     """Tolerances no finer than ``dtype`` can resolve, so float32 solves can still terminate."""
     eps = float(np.finfo(dtype).eps)
     return max(float(rtol), 4 * eps), max(float(atol), 16 * eps)
 
 
-def _iterations(solver: optx.AbstractMinimiser, maxiter: int, max_evaluations: int | None = None) -> SolverChoice:
+def _iterations(
+    solver: optx.AbstractMinimiser, maxiter: int, max_evaluations: int | None = None
+) -> SolverChoice:
     """A minimiser stopped after ``maxiter`` scipy iterations (and ``max_evaluations`` trial points, if given)."""
     max_steps = EVALUATIONS_PER_ITERATION * (maxiter + 1)
     if max_evaluations is not None:
@@ -112,7 +127,10 @@ def _iterations(solver: optx.AbstractMinimiser, maxiter: int, max_evaluations: i
 # optimistix has no gradient-norm test: a gradient method's ``gtol`` becomes the
 # tolerance of its Cauchy test (small change of both the iterate and the value).
 def _bfgs(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
-    return _iterations(optx.BFGS(*_floored(dtype, settings.gtol, settings.gtol)), minimize_maxiter(settings.maxiter, n))
+    return _iterations(
+        optx.BFGS(*_floored(dtype, settings.gtol, settings.gtol)),
+        minimize_maxiter(settings.maxiter, n),
+    )
 
 
 def _cg(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
@@ -128,7 +146,10 @@ def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:
 
 
 def _hybr(settings: s.HybrSettings, n: int, dtype: str) -> SolverChoice:
-    return SolverChoice(optx.Dogleg(*_floored(dtype, settings.xtol, settings.xtol)), minpack_maxfev(settings.maxfev, n))
+    return SolverChoice(
+        optx.Dogleg(*_floored(dtype, settings.xtol, settings.xtol)),
+        minpack_maxfev(settings.maxfev, n),
+    )
 
 
 def _lm(settings: s.LMSettings, n: int, dtype: str) -> SolverChoice:
@@ -160,43 +181,37 @@ def _newton(settings: s.RootScalarSettings | s.SecantSettings, n: int, dtype: st
     return SolverChoice(optx.Newton(rtol=rtol, atol=atol), settings.maxiter)
 
 
-class _JaxMethod(NamedTuple):
-    """How one scipy method runs on optimistix, and which of its options that honours."""
+SolverBuilder = Callable[[Any, int, str], SolverChoice]
+"""The optimistix solver and budget for a method's settings, the number of variables and the dtype."""
 
-    choose: Callable[[Any, int, str], SolverChoice]
-    honoured: frozenset[str]
-
-
-_ROOT_SCALAR_OPTIONS = frozenset({"xtol", "rtol", "maxiter"})
-
-_JAX_METHODS: dict[tuple[type, str], _JaxMethod] = {
-    (MinimizeOp, "bfgs"): _JaxMethod(_bfgs, frozenset({"gtol", "maxiter"})),
-    (MinimizeOp, "cg"): _JaxMethod(_cg, frozenset({"gtol", "maxiter"})),
-    (MinimizeOp, "l-bfgs-b"): _JaxMethod(_lbfgsb, frozenset({"ftol", "gtol", "maxiter", "maxfun", "maxcor"})),
-    (RootOp, "hybr"): _JaxMethod(_hybr, frozenset({"xtol", "maxfev"})),
-    (RootOp, "lm"): _JaxMethod(_lm, frozenset({"xtol", "ftol", "maxiter"})),
-    (MinimizeScalarOp, "brent"): _JaxMethod(_bracket_minimize, frozenset({"xtol", "maxiter"})),
-    (MinimizeScalarOp, "golden"): _JaxMethod(_bracket_minimize, frozenset({"xtol", "maxiter"})),
-    (MinimizeScalarOp, "bounded"): _JaxMethod(_bounded_minimize, frozenset({"xatol", "maxiter"})),
+JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
+    (MinimizeOp, "bfgs"): _bfgs,
+    (MinimizeOp, "cg"): _cg,
+    (MinimizeOp, "l-bfgs-b"): _lbfgsb,
+    (RootOp, "hybr"): _hybr,
+    (RootOp, "lm"): _lm,
+    (MinimizeScalarOp, "brent"): _bracket_minimize,
+    (MinimizeScalarOp, "golden"): _bracket_minimize,
+    (MinimizeScalarOp, "bounded"): _bounded_minimize,
     **{
-        (RootScalarOp, name): _JaxMethod(_bisection, _ROOT_SCALAR_OPTIONS)
-        for name, method in OP_OPTIONS[RootScalarOp].methods.items()
-        if method.needs_input == "bracket"
+        (RootScalarOp, key): _bisection if method.needs_input == "bracket" else _newton
+        for key, method in OP_OPTIONS[RootScalarOp].methods.items()
+        if method.jax is not None
     },
-    **{(RootScalarOp, name): _JaxMethod(_newton, _ROOT_SCALAR_OPTIONS) for name in ("newton", "secant", "halley")},
 }
+"""How each method that the table (`gpubackend.scipy_options.methods`) marks for JAX runs on optimistix."""
 
 
-def _jax_method(op: ScipyWrapperOp) -> _JaxMethod:
-    jax_method = _JAX_METHODS.get((type(op), op.method.lower()))
-    if jax_method is None:
-        options = op_options(op)
-        supported = sorted(options.methods[key].name for op_type, key in _JAX_METHODS if op_type is type(op))
+def _jax_support(op: ScipyWrapperOp) -> tuple[JaxSupport, SolverBuilder]:
+    options = op_options(op)
+    method = options.method(op.method)
+    if method is None or method.jax is None:
+        supported = sorted(m.name for m in options.methods.values() if m.jax is not None)
         raise NotImplementedError(
             f"{options.kind}: method {op.method!r} has no JAX (optimistix) equivalent; "
             f"supported methods are {', '.join(supported)}"
         )
-    return jax_method
+    return method.jax, JAX_SOLVERS[(type(op), method.name.lower())]
 
 
 def solver_for_size(op: ScipyWrapperOp, dtype: str) -> Callable[[int], SolverChoice]:
@@ -207,10 +222,10 @@ def solver_for_size(op: ScipyWrapperOp, dtype: str) -> Callable[[int], SolverCho
     option that has no faithful optimistix counterpart, and `ValueError` for
     input scipy refuses.
     """
-    jax_method = _jax_method(op)
+    support, build = _jax_support(op)
     resolved = resolve(op)
-    resolved.refuse_unless_honoured(jax_method.honoured, _BACKEND)
-    return lambda n_variables: jax_method.choose(resolved.settings, max(n_variables, 1), dtype)
+    resolved.refuse_unless_honoured(support.honours, _BACKEND)
+    return lambda n_variables: build(resolved.settings, max(n_variables, 1), dtype)
 
 
 def solver_choice(op: ScipyWrapperOp, n_variables: int, dtype: str) -> SolverChoice:

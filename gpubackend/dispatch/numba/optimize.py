@@ -15,11 +15,10 @@ object-mode path and emits one `ObjectModeFallbackWarning` naming the method.
 import re
 import warnings
 from collections.abc import Callable
-from typing import NamedTuple
 from hashlib import sha256
+from typing import NamedTuple
 
 import numpy as np
-
 from pytensor.graph.basic import Apply
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch.basic import (
@@ -82,7 +81,10 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[Callable, Callable]] = {
     (RootScalarOp, "brentq"): (problem.scalar_value, make_brentq),
     (RootScalarOp, "bisect"): (problem.scalar_value, make_bisect),
     (RootScalarOp, "newton"): (problem.scalar_value_and_derivative, make_newton_scalar),
-    (RootScalarOp, "newton-forward-difference"): (problem.scalar_value_and_forward_difference, make_newton_scalar),
+    (RootScalarOp, "newton-forward-difference"): (
+        problem.scalar_value_and_forward_difference,
+        make_newton_scalar,
+    ),
     (RootScalarOp, "secant"): (problem.scalar_value, make_secant),
 }
 
@@ -95,11 +97,15 @@ def _object_mode(op: ScipyWrapperOp, node: Apply, reason: str, **kwargs) -> tupl
     )
     # PyTensor's generic object-mode warning would repeat ours without the method.
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Numba will use object mode", category=UserWarning)
+        warnings.filterwarnings(
+            "ignore", message="Numba will use object mode", category=UserWarning
+        )
         return generate_fallback_impl(op, node, **kwargs), None
 
 
-def _bind_inputs(op: ScipyWrapperOp, run: Callable, interval_name: str | None, scalar_args: bool) -> Callable:
+def _bind_inputs(
+    op: ScipyWrapperOp, run: Callable, interval_name: str | None, scalar_args: bool
+) -> Callable:
     """``f(x0, *args, *bounds)`` calling ``run(x0, args_tuple, interval)``.
 
     With ``scalar_args`` the (0-d) arguments are handed on as scalars, for an
@@ -115,7 +121,9 @@ def _bind_inputs(op: ScipyWrapperOp, run: Callable, interval_name: str | None, s
     name = f"{type(op).__name__.lower()}_{re.sub(r'[^0-9a-z]', '_', op.method.lower())}"
     src = f"def {name}({', '.join(['x0', *arg_names, *bound_names])}):\n    return run(x0, {args_tuple}, {interval})\n"
     return numba_njit(
-        compile_numba_function_src(src, name, {"run": run, "NO_INTERVAL": np.empty(0, dtype=np.float64)})
+        compile_numba_function_src(
+            src, name, {"run": run, "NO_INTERVAL": np.empty(0, dtype=np.float64)}
+        )
     )
 
 
@@ -135,7 +143,9 @@ def _scalar_runner(solve: Callable, settings: NamedTuple, dtype: str) -> Callabl
 
     @numba_njit
     def run(x0, args, interval):
-        x, converged = solve(args, problem.as_float(x0), np.asarray(interval, dtype=np.float64), settings)
+        x, converged = solve(
+            args, problem.as_float(x0), np.asarray(interval, dtype=np.float64), settings
+        )
         return np.asarray(scalar_type(x)), converged
 
     return run
@@ -155,7 +165,9 @@ def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | N
         return _object_mode(op, node, str(reason), **kwargs)
 
     inner, inner_key = numba_funcify_and_cache_key(
-        op.fgraph, fgraph_name=f"numba_{type(op).__name__.lower()}_inner", ofg_memo=kwargs.get("ofg_memo")
+        op.fgraph,
+        fgraph_name=f"numba_{type(op).__name__.lower()}_inner",
+        ofg_memo=kwargs.get("ofg_memo"),
     )
     on_floats = scalar_core(op.fgraph) if isinstance(op, ScipyScalarWrapperOp) else None
     x_type = op.inner_inputs[0].type

@@ -1,7 +1,7 @@
 """Which optimize-op configurations gpubackend lowers natively under Numba.
 
-``solver_plan(op)`` reads the op's settings from `gpubackend.scipy_options`
-(scipy's names and defaults, one source with the JAX lowering), then checks
+``solver_plan(op)`` reads the op's settings and its method's `NumbaSupport` from
+`gpubackend.scipy_options` (one table with the JAX lowering), then checks
 what only the native solvers need: the derivative outputs they use instead of
 finite differences, and the options they honour. A configuration with no
 native version raises `NoNativeSolver`, naming what is missing; the op then
@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp, ScipyWrapperOp
+from pytensor.tensor.optimize import (
+    RootScalarOp,
+    ScipyWrapperOp,
+)
 
-from gpubackend.scipy_options import UnsupportedMethod, UnsupportedOption, resolve
+from gpubackend.scipy_options import OP_OPTIONS, UnsupportedMethod, UnsupportedOption, resolve
 
 
 class NoNativeSolver(Exception):
@@ -30,27 +33,11 @@ class SolverPlan:
     settings: NamedTuple
 
 
-@dataclass(frozen=True)
-class _Native:
-    """A native solver's needs: op flags for derivative outputs, and the options it cannot honour."""
-
-    derivatives: tuple[str, ...] = ()
-    ignores: frozenset[str] = frozenset()
-
-
-_NATIVE: dict[tuple[type, str], _Native] = {
-    (MinimizeOp, "bfgs"): _Native(("jac",)),
-    (MinimizeOp, "l-bfgs-b"): _Native(("jac",)),
-    (MinimizeOp, "newton-cg"): _Native(("jac", "hess")),
-    (MinimizeOp, "trust-exact"): _Native(("jac", "hess")),
-    (RootOp, "hybr"): _Native(("jac",)),
-    # The damping is Marquardt's scaled update, not MINPACK's trust region: no `factor`.
-    (RootOp, "lm"): _Native(("jac",), frozenset({"factor"})),
-    (RootOp, "newton"): _Native(("jac",)),
-    **{(MinimizeScalarOp, name): _Native() for name in ("brent", "golden", "bounded")},
-    **{(RootScalarOp, name): _Native() for name in ("brentq", "bisect", "newton", "secant")},
-}
-_NATIVE_OP_TYPES = frozenset(op_type for op_type, _ in _NATIVE)
+_NATIVE_OP_TYPES = frozenset(
+    op_type
+    for op_type, options in OP_OPTIONS.items()
+    if any(method.numba is not None for method in options.methods.values())
+)
 
 
 def solver_plan(op: ScipyWrapperOp) -> SolverPlan:
@@ -60,14 +47,18 @@ def solver_plan(op: ScipyWrapperOp) -> SolverPlan:
     except (UnsupportedMethod, UnsupportedOption) as reason:
         raise NoNativeSolver(str(reason)) from None
     key = resolved.method.name.lower()
-    native = _NATIVE.get((type(op), key))
+    native = resolved.method.numba
     if native is None:
         raise NoNativeSolver(f"{resolved.kind} method {op.method!r} has no native Numba solver")
     if missing := [flag for flag in native.derivatives if not getattr(op, flag)]:
         wanted = " and ".join(f"{flag}=True" for flag in native.derivatives)
-        raise NoNativeSolver(f"{resolved.kind} method {op.method!r} is native only with {wanted} (missing {missing})")
+        raise NoNativeSolver(
+            f"{resolved.kind} method {op.method!r} is native only with {wanted} (missing {missing})"
+        )
     try:
-        resolved.refuse_unless_honoured(frozenset(resolved.settings._fields) - native.ignores, "native Numba lowering")
+        resolved.refuse_unless_honoured(
+            frozenset(resolved.settings._fields) - native.ignores, "native Numba lowering"
+        )
     except UnsupportedOption as reason:
         raise NoNativeSolver(str(reason)) from None
     if key == "bfgs" and resolved.settings.norm != np.inf:

@@ -12,7 +12,6 @@ from collections.abc import Callable
 import numpy as np
 from numba.core import types
 from numba.extending import overload
-
 from pytensor.link.numba.dispatch.basic import numba_njit
 
 
@@ -71,7 +70,9 @@ def as_float(value) -> float:
     return _float_of(value)
 
 
-def _first_two_outputs(inner: Callable, to_inner: Callable, first: Callable, second: Callable) -> Callable:
+def _first_two_outputs(
+    inner: Callable, to_inner: Callable, first: Callable, second: Callable
+) -> Callable:
     """``fun(x, args) -> (first(output 0), second(output 1))`` of the inner graph."""
 
     @numba_njit

@@ -21,7 +21,11 @@ from pytensor.tensor.basic import ScalarFromTensor, TensorFromScalar
 
 def _core_node(fgraph) -> Apply | None:
     cores = [node for node in fgraph.apply_nodes if isinstance(node.op, ScalarOp)]
-    conversions = [node for node in fgraph.apply_nodes if isinstance(node.op, ScalarFromTensor | TensorFromScalar)]
+    conversions = [
+        node
+        for node in fgraph.apply_nodes
+        if isinstance(node.op, ScalarFromTensor | TensorFromScalar)
+    ]
     if len(cores) != 1 or len(cores) + len(conversions) != len(fgraph.apply_nodes):
         return None
     return cores[0]
@@ -35,13 +39,21 @@ def scalar_core(fgraph) -> Callable | None:
     input_positions = []
     for variable in core.inputs:
         converted = variable.owner
-        if converted is None or not isinstance(converted.op, ScalarFromTensor) or converted.inputs[0] not in fgraph.inputs:
+        if (
+            converted is None
+            or not isinstance(converted.op, ScalarFromTensor)
+            or converted.inputs[0] not in fgraph.inputs
+        ):
             return None
         input_positions.append(fgraph.inputs.index(converted.inputs[0]))
     output_positions = []
     for output in fgraph.outputs:
         converted = output.owner
-        if converted is None or not isinstance(converted.op, TensorFromScalar) or converted.inputs[0].owner is not core:
+        if (
+            converted is None
+            or not isinstance(converted.op, TensorFromScalar)
+            or converted.inputs[0].owner is not core
+        ):
             return None
         output_positions.append(core.outputs.index(converted.inputs[0]))
     core_fn = numba_funcify(core.op, node=core)
@@ -54,5 +66,5 @@ def scalar_core(fgraph) -> Callable | None:
         f"    return ({''.join(f'outputs[{position}], ' for position in output_positions)})\n"
     )
     namespace = {"core_fn": core_fn}
-    exec(compile(source, "<scalar_core>", "exec"), namespace)  # noqa: S102 - generated from positions only
+    exec(compile(source, "<scalar_core>", "exec"), namespace)
     return numba_njit(namespace["scalar_inner"])
