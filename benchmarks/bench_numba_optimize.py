@@ -133,11 +133,17 @@ def build_case(case: Case):
     else:
         expression = pt.stack([x[0] ** 2 + x[1] ** 2 - a, x[0] - x[1] ** 3])
     solve = getattr(optimize, case.op)
-    solution, success = solve(expression, x, method=case.method, optimizer_kwargs=dict(case.options), **dict(case.kwargs))
+    solution, success = solve(
+        expression, x, method=case.method, optimizer_kwargs=dict(case.options), **dict(case.kwargs)
+    )
     outputs = [solution, success]
     if case.grad:
         outputs.append(pytensor.grad(solution.sum(), a))
-    return [x, a], outputs, (np.asarray(start, dtype="float64"), np.asarray(parameter, dtype="float64"))
+    return (
+        [x, a],
+        outputs,
+        (np.asarray(start, dtype="float64"), np.asarray(parameter, dtype="float64")),
+    )
 
 
 def median_call_seconds(call: Callable[[], object], repeats: int, budget_s: float) -> float:
@@ -372,7 +378,9 @@ def floor_calls() -> dict[str, tuple[Callable[[], object], Callable[[], int]]]:
         else:
             interval = dict(case.kwargs).get("bracket", dict(case.kwargs).get("bounds"))
             interval = np.asarray(interval if interval is not None else [], dtype=np.float64)
-            call = partial(_scalar_floor(solve, settings), float(x0), (parameter, counter), interval)
+            call = partial(
+                _scalar_floor(solve, settings), float(x0), (parameter, counter), interval
+            )
         calls[case.name] = (call, partial(_count_one, call, counter))
     return calls
 
@@ -447,13 +455,26 @@ def scipy_evaluations(case: Case) -> str:
     if case.op == "root":
         if op.method == "newton":
             return "none (gpubackend's own method)"
-        so.root(counted("F", value), x0, jac=counted("J", gradient), method=op.method, **op.optimizer_kwargs)
+        so.root(
+            counted("F", value),
+            x0,
+            jac=counted("J", gradient),
+            method=op.method,
+            **op.optimizer_kwargs,
+        )
         return f"{counts['F']}F {counts['J']}J"
     if case.op == "minimize_scalar":
         so.minimize_scalar(counted("F", value), method=op.method, **bound, **op.optimizer_kwargs)
         return f"{counts['F']}"
     fprime = counted("J", gradient) if op.jac else None
-    so.root_scalar(counted("F", value), x0=float(x0), fprime=fprime, method=op.method, **bound, **op.optimizer_kwargs)
+    so.root_scalar(
+        counted("F", value),
+        x0=float(x0),
+        fprime=fprime,
+        method=op.method,
+        **bound,
+        **op.optimizer_kwargs,
+    )
     return f"{counts['F']}" + (f" +{counts['J']}J" if op.jac else "")
 
 
@@ -516,10 +537,24 @@ def make_hand_written_bfgs(fun: Callable) -> Callable:
                     break
                 if not zooming:
                     if not sufficient or (trial > 0 and ft >= prev_f):
-                        lo_step, lo_f, lo_slope, hi_step, hi_f, hi_slope = prev_step, prev_f, prev_slope, step, ft, st
+                        lo_step, lo_f, lo_slope, hi_step, hi_f, hi_slope = (
+                            prev_step,
+                            prev_f,
+                            prev_slope,
+                            step,
+                            ft,
+                            st,
+                        )
                         zooming = True
                     elif st >= 0.0:
-                        lo_step, lo_f, lo_slope, hi_step, hi_f, hi_slope = step, ft, st, prev_step, prev_f, prev_slope
+                        lo_step, lo_f, lo_slope, hi_step, hi_f, hi_slope = (
+                            step,
+                            ft,
+                            st,
+                            prev_step,
+                            prev_f,
+                            prev_slope,
+                        )
                         zooming = True
                     else:
                         prev_step, prev_f, prev_slope = step, ft, st
@@ -536,7 +571,9 @@ def make_hand_written_bfgs(fun: Callable) -> Callable:
                 step = 0.5 * (lo_step + hi_step)
                 if radical >= 0.0:
                     d2 = np.sign(hi_step - lo_step) * np.sqrt(radical)
-                    guess = hi_step - (hi_step - lo_step) * (hi_slope + d2 - d1) / (hi_slope - lo_slope + 2.0 * d2)
+                    guess = hi_step - (hi_step - lo_step) * (hi_slope + d2 - d1) / (
+                        hi_slope - lo_slope + 2.0 * d2
+                    )
                     margin = 0.1 * abs(hi_step - lo_step)
                     if min(lo_step, hi_step) + margin <= guess <= max(lo_step, hi_step) - margin:
                         step = guess
@@ -560,7 +597,9 @@ def make_hand_written_bfgs(fun: Callable) -> Callable:
                 yhy += y[i] * acc
             for i in range(n):
                 for j in range(n):
-                    h[i, j] += (rho * rho * yhy + rho) * s[i] * s[j] - rho * (hy[i] * s[j] + s[i] * hy[j])
+                    h[i, j] += (rho * rho * yhy + rho) * s[i] * s[j] - rho * (
+                        hy[i] * s[j] + s[i] * hy[j]
+                    )
         return x, np.max(np.abs(g)) <= gtol
 
     return bfgs
@@ -570,6 +609,7 @@ def bfgs_floor_rows(repeats: int, budget_s: float, ours: dict[str, float]) -> li
     """(case, our solver, hand-written, counts, PyTensor call) on the hand-written Rosenbrock
     objective."""
     from gpubackend.dispatch.numba.optimize_plan import solver_plan
+    from gpubackend.scipy_options.settings import LineSearchSettings
     from gpubackend.solvers.bfgs import make_bfgs
 
     fun = hand_written_problems()[("rosenbrock", "gradient")]
@@ -581,6 +621,7 @@ def bfgs_floor_rows(repeats: int, budget_s: float, ours: dict[str, float]) -> li
             continue
         _, outputs, (x0, a) = build_case(case)
         settings = solver_plan(outputs[0].owner.op).settings
+        assert isinstance(settings, LineSearchSettings), settings
         maxiter = 200 * x0.shape[0]
         counter = np.zeros(1, dtype=np.int64)
         args = (float(a), counter)
@@ -597,9 +638,13 @@ def bfgs_floor_rows(repeats: int, budget_s: float, ours: dict[str, float]) -> li
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repeats and a shorter time budget")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer repeats and a shorter time budget"
+    )
     parser.add_argument("--stock-worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--latency-worker", nargs=2, metavar=("CASE", "COMPILEDIR"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--latency-worker", nargs=2, metavar=("CASE", "COMPILEDIR"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     repeats, budget_s = (5, 0.3) if args.quick else (9, 1.5)
 
@@ -617,7 +662,9 @@ def main() -> None:
     ours = {name: seconds for name, seconds in ours_or_failed.items() if seconds is not None}
     assert len(ours) == len(ours_or_failed), "gpubackend's NUMBA solves every case"
     floors = floor_calls()
-    floor_seconds = {name: median_call_seconds(call, repeats, budget_s) for name, (call, _) in floors.items()}
+    floor_seconds = {
+        name: median_call_seconds(call, repeats, budget_s) for name, (call, _) in floors.items()
+    }
     bfgs_rows = bfgs_floor_rows(repeats, budget_s, ours)
     latency = {}
     for name in QUICK_LATENCY_CASES if args.quick else LATENCY_CASES:
@@ -630,8 +677,20 @@ def main() -> None:
     from rich.table import Table
 
     console = Console(width=160)
-    table = Table(title="Numba optimize ops: median per call (one " "run); evaluations: ours (on the floor) vs scipy")
-    columns = ("op method problem", "ours", "stock NUMBA", "stock / ours", "floor", "ours / floor", "evals ours", "evals scipy")
+    table = Table(
+        title="Numba optimize ops: median per call (one "
+        "run); evaluations: ours (on the floor) vs scipy"
+    )
+    columns = (
+        "op method problem",
+        "ours",
+        "stock NUMBA",
+        "stock / ours",
+        "floor",
+        "ours / floor",
+        "evals ours",
+        "evals scipy",
+    )
     for column in columns:
         table.add_column(column, justify="right")
     for case in CASES:
@@ -651,17 +710,33 @@ def main() -> None:
     console.print(table)
     overhead = call_overhead_seconds(repeats, budget_s)
     console.print(
-        "A PyTensor call of a trivial NUMBA function costs " f"{overhead * 1e6:.1f} us; the floor pays none of it, "
-        "nor the inner graph's cost per evaluation. Root " "methods evaluate the equations and Jacobian together. "
+        "A PyTensor call of a trivial NUMBA function costs "
+        f"{overhead * 1e6:.1f} us; the floor pays none of it, "
+        "nor the inner graph's cost per evaluation. Root "
+        "methods evaluate the equations and Jacobian together. "
         f"OpenBLAS threads: {os.environ['OPENBLAS_NUM_THREADS']} (see the module docstring)."
     )
 
-    bfgs_table = Table(title="BFGS on a hand-written Rosenbrock objective: our solver vs a hand-written Numba BFGS")
-    for column in ("case", "our solver", "hand-written", "ours / hand-written (goal <= 1.2x)", "evals ours / hand-written", "PyTensor call / hand-written"):
+    bfgs_table = Table(
+        title="BFGS on a hand-written Rosenbrock objective: our solver vs a hand-written Numba BFGS"
+    )
+    for column in (
+        "case",
+        "our solver",
+        "hand-written",
+        "ours / hand-written (goal <= 1.2x)",
+        "evals ours / hand-written",
+        "PyTensor call / hand-written",
+    ):
         bfgs_table.add_column(column, justify="right")
     for name, ours_s, hand_s, counts, pytensor_s in bfgs_rows:
         bfgs_table.add_row(
-            name, f"{ours_s * 1e6:.2f} us", f"{hand_s * 1e6:.2f} us", f"{ours_s / hand_s:.2f}x", counts, f"{pytensor_s / hand_s:.2f}x"
+            name,
+            f"{ours_s * 1e6:.2f} us",
+            f"{hand_s * 1e6:.2f} us",
+            f"{ours_s / hand_s:.2f}x",
+            counts,
+            f"{pytensor_s / hand_s:.2f}x",
         )
     console.print(bfgs_table)
 

@@ -61,7 +61,14 @@ from tests.pymc_models import CASES
 
 # The while-Scan trace model needs a stock JAX linker to hold a data-dependent trace: not timed
 # here.
-BENCHMARKED = ["ofg_reused", "scan_length_from_data", "while_scan_last", "optimize_starts", "minimize_blockwise", "censored_gamma"]
+BENCHMARKED = [
+    "ofg_reused",
+    "scan_length_from_data",
+    "while_scan_last",
+    "optimize_starts",
+    "minimize_blockwise",
+    "censored_gamma",
+]
 # Models that join the default list as soon as tests/pymc_models.py defines them.
 BENCHMARKED += [name for name in ("kalman_standard", "kalman_convergent") if name in CASES]
 GPU_CHAINS = (4, 16, 64, 256, 1024)
@@ -81,7 +88,9 @@ class PathTiming:
     ess_per_second: float
 
 
-def time_path(build: Callable[[], object], sample: Callable[[object, int], float], repeats: int) -> PathTiming:
+def time_path(
+    build: Callable[[], object], sample: Callable[[object, int], float], repeats: int
+) -> PathTiming:
     """Build once, then sample ``repeats + 1`` times; ``sample(built, seed)`` returns the min bulk
     ESS."""
     began = time.perf_counter()
@@ -108,8 +117,15 @@ def pymc_nuts(model: pm.Model, mode: str, draws: int, chains: int = CHAINS):
 
     def sample(step, seed):
         idata = pm.sample(
-            draws=draws, tune=draws, chains=chains, cores=1, step=step, model=model, random_seed=seed,
-            progressbar=False, compute_convergence_checks=False,
+            draws=draws,
+            tune=draws,
+            chains=chains,
+            cores=1,
+            step=step,
+            model=model,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
         )
         return min_bulk_ess(idata.posterior)
 
@@ -120,10 +136,14 @@ def nutpie_path(model: pm.Model, backend: str, draws: int, chains: int = CHAINS)
     import nutpie
 
     def build():
-        return nutpie.compile_pymc_model(model, backend=backend, gradient_backend="jax" if backend == "jax" else "pytensor")
+        return nutpie.compile_pymc_model(
+            model, backend=backend, gradient_backend="jax" if backend == "jax" else "pytensor"
+        )
 
     def sample(compiled, seed):
-        idata = nutpie.sample(compiled, draws=draws, tune=draws, chains=chains, seed=seed, progress_bar=False)
+        idata = nutpie.sample(
+            compiled, draws=draws, tune=draws, chains=chains, seed=seed, progress_bar=False
+        )
         return min_bulk_ess(idata.posterior)
 
     return build, sample
@@ -171,8 +191,12 @@ def numpyro_vectorized(
     def sample(run_chains, seed):
         with jax.default_device(device):
             keys = jax.device_put(jax.random.split(jax.random.PRNGKey(seed), chains), device)
-            draws_by_chain = jax.block_until_ready(run_chains(keys, [jax.device_put(v, device) for v in start]))
-        posterior = arviz.convert_to_dataset({name: np.asarray(value) for name, value in zip(names, draws_by_chain, strict=True)})
+            draws_by_chain = jax.block_until_ready(
+                run_chains(keys, [jax.device_put(v, device) for v in start])
+            )
+        posterior = arviz.convert_to_dataset(
+            {name: np.asarray(value) for name, value in zip(names, draws_by_chain, strict=True)}
+        )
         return min_bulk_ess(posterior)
 
     return build, sample
@@ -216,12 +240,18 @@ def logp_grad_row(name: str, model: pm.Model, eval_repeat: int) -> list[str]:
     jax_seconds = median_seconds(jax_eval, number=20, repeat=eval_repeat)
     numba_seconds = median_seconds(numba_eval, number=20, repeat=eval_repeat)
     return [
-        name, format_seconds(jax_compile), format_seconds(numba_compile),
-        format_seconds(jax_seconds), format_seconds(numba_seconds), f"{numba_seconds / jax_seconds:.2f}x",
+        name,
+        format_seconds(jax_compile),
+        format_seconds(numba_compile),
+        format_seconds(jax_seconds),
+        format_seconds(numba_seconds),
+        f"{numba_seconds / jax_seconds:.2f}x",
     ]
 
 
-def timing_or_failure(build: Callable[[], object], sample: Callable[[object, int], float], repeats: int) -> PathTiming | str:
+def timing_or_failure(
+    build: Callable[[], object], sample: Callable[[object, int], float], repeats: int
+) -> PathTiming | str:
     """`time_path`, or why the path fails, so that one failing path does not end the run.
 
     The reason is the error's type and the last line of its message naming an
@@ -236,18 +266,31 @@ def timing_or_failure(build: Callable[[], object], sample: Callable[[object, int
 
 
 def sampling_rows(name: str, model: pm.Model, draws: int, repeats: int) -> list[list[str]]:
-    timings = {path: timing_or_failure(build, sample, repeats) for path, (build, sample) in sampling_paths(model, draws).items()}
+    timings = {
+        path: timing_or_failure(build, sample, repeats)
+        for path, (build, sample) in sampling_paths(model, draws).items()
+    }
     baseline = next(iter(timings.values()))
     rows = []
     for path, t in timings.items():
         if isinstance(t, str):
             rows.append([name, path, t, "—", "—", "—", "—"])
             continue
-        rows.append([
-            name, path, format_seconds(t.compile_seconds), format_seconds(t.sampling_seconds), f"{t.ess_per_second:.0f}",
-            f"{t.ess_per_second / baseline.ess_per_second:.2f}x" if isinstance(baseline, PathTiming) else "—",
-            f"{t.compile_seconds / baseline.compile_seconds:.2f}x" if isinstance(baseline, PathTiming) else "—",
-        ])
+        rows.append(
+            [
+                name,
+                path,
+                format_seconds(t.compile_seconds),
+                format_seconds(t.sampling_seconds),
+                f"{t.ess_per_second:.0f}",
+                f"{t.ess_per_second / baseline.ess_per_second:.2f}x"
+                if isinstance(baseline, PathTiming)
+                else "—",
+                f"{t.compile_seconds / baseline.compile_seconds:.2f}x"
+                if isinstance(baseline, PathTiming)
+                else "—",
+            ]
+        )
     return rows
 
 
@@ -257,7 +300,10 @@ def gpu_rows(names: list[str], draws: int, repeats: int, console: Console) -> No
         console.print("GPU rows skipped: JAX sees no GPU on this machine.")
         return
     cpu = jax.devices("cpu")[0]
-    table = Table(title=f"numpyro vectorized on {gpubackend.devices.describe_device(gpus[0])} " "vs the CPU: ESS/s of sampling")
+    table = Table(
+        title=f"numpyro vectorized on {gpubackend.devices.describe_device(gpus[0])} "
+        "vs the CPU: ESS/s of sampling"
+    )
     for column in ("model", "chains", "GPU ESS/s", "CPU ESS/s", "GPU / CPU"):
         table.add_column(column)
     for name in names:
@@ -267,14 +313,22 @@ def gpu_rows(names: list[str], draws: int, repeats: int, console: Console) -> No
                 time_path(*numpyro_vectorized(model, draws, chains, device), repeats).ess_per_second
                 for device in (gpus[0], cpu)
             ]
-            table.add_row(name, str(chains), f"{rates[0]:.0f}", f"{rates[1]:.0f}", f"{rates[0] / rates[1]:.2f}x")
+            table.add_row(
+                name,
+                str(chains),
+                f"{rates[0]:.0f}",
+                f"{rates[1]:.0f}",
+                f"{rates[0] / rates[1]:.2f}x",
+            )
     console.print(table)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer draws and repeats")
-    parser.add_argument("--models", default=",".join(BENCHMARKED), help="comma-separated model names")
+    parser.add_argument(
+        "--models", default=",".join(BENCHMARKED), help="comma-separated model names"
+    )
     args = parser.parse_args()
     draws, repeats, eval_repeat = (300, 1, 5) if args.quick else (1000, 3, 21)
     names = args.models.split(",")
@@ -290,15 +344,35 @@ def main() -> None:
     )
     models = {name: CASES[name].build() for name in names}
 
-    logp_table = Table(title="logp+gradient: compile and warm evaluation, JAX (gpubackend) vs NUMBA")
-    for column in ("model", "compile jax", "compile numba", "logp+grad jax", "logp+grad numba", "numba / jax"):
+    logp_table = Table(
+        title="logp+gradient: compile and warm evaluation, JAX (gpubackend) vs NUMBA"
+    )
+    for column in (
+        "model",
+        "compile jax",
+        "compile numba",
+        "logp+grad jax",
+        "logp+grad numba",
+        "numba / jax",
+    ):
         logp_table.add_column(column)
     for name, model in models.items():
         logp_table.add_row(*logp_grad_row(name, model, eval_repeat))
     console.print(logp_table)
 
-    table = Table(title="Sampling paths on CPU: compile and sampling apart; " "ESS/s of sampling alone (baseline: pymc NUTS, NUMBA)")
-    for column in ("model", "path", "compile", "sampling", "ESS/s", "ESS/s vs baseline", "compile vs baseline"):
+    table = Table(
+        title="Sampling paths on CPU: compile and sampling apart; "
+        "ESS/s of sampling alone (baseline: pymc NUTS, NUMBA)"
+    )
+    for column in (
+        "model",
+        "path",
+        "compile",
+        "sampling",
+        "ESS/s",
+        "ESS/s vs baseline",
+        "compile vs baseline",
+    ):
         table.add_column(column)
     for name, model in models.items():
         for row in sampling_rows(name, model, draws, repeats):

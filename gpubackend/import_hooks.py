@@ -28,7 +28,8 @@ from types import ModuleType
 
 
 def when_imported(module_name: str, register: Callable[[], None]) -> None:
-    """Call ``register()`` once ``module_name`` has been imported: now if it already is, else right after."""
+    """Call ``register()`` once ``module_name`` has been imported: now if it already is, else right
+    after."""
     if module_name in sys.modules:
         register()
     else:

@@ -120,7 +120,7 @@ class JAXGPULinker(DispatchingJAXLinker):
 
         variable = self.fgraph.inputs[position]
         if position in self.scalar_shape_inputs:
-            container_type = StaticShapeInput(variable.type)
+            container_type: StaticShapeInput | DeviceResidentInput = StaticShapeInput(variable.type)
         elif hasattr(variable.type, "dtype") and not isinstance(variable, SharedVariable):
             container_type = DeviceResidentInput(
                 variable.type,

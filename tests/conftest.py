@@ -10,10 +10,10 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 os.environ.setdefault("GPUBACKEND_DEVICE", "cpu:1")
 
-import jax  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import pytest
 
-import gpubackend  # noqa: E402, F401
+import gpubackend
 
 
 def pytest_collection_modifyitems(config, items):

@@ -31,7 +31,8 @@ def compile_checked(inputs, outputs, values, mode: str, **function_kwargs):
             fn(*values)
             result = fn(*values)
     assert probe.counts[LINK].clean and probe.counts[CALL].clean, (
-        f"rewriting or compiling during link/call: link: {probe.counts[LINK].describe()}; calls: {probe.counts[CALL].describe()}"
+        f"rewriting or compiling during link/call: link: {probe.counts[LINK].describe()}; calls: "
+        f"{probe.counts[CALL].describe()}"
     )
     difference = describe_difference(canonical, fingerprint(outputs))
     assert difference is None, f"the user's graph changed: {difference}"

@@ -1,4 +1,5 @@
-"""PyMC models that stock JAX cannot lower, as data: each builder returns a model and what it should give.
+"""PyMC models that stock JAX cannot lower, as data: each builder returns a model and what it should
+give.
 
 Kept apart from the checks (tests/test_pymc.py), in the style of the
 conformance catalogue. Most models are a conjugate Normal model in disguise:
@@ -73,7 +74,9 @@ def _newton_cube_trace(mu: pt.TensorVariable) -> pt.TensorVariable:
         return new_x, until(pt.abs(new_x - x) < 1e-13)
 
     x0 = pt.zeros((), dtype=mu.dtype)
-    return pytensor.scan(newton_step, outputs_info=[x0], non_sequences=[target], n_steps=60, return_updates=False)
+    return pytensor.scan(
+        newton_step, outputs_info=[x0], non_sequences=[target], n_steps=60, return_updates=False
+    )
 
 
 def while_scan_last() -> pm.Model:
@@ -116,21 +119,34 @@ def _cube_root_of(x: pt.TensorVariable, mu: pt.TensorVariable) -> pt.TensorVaria
 
 
 def optimize_starts() -> pm.Model:
-    """Every optimize op, each start kind (constant, graph input, free variable) in scalar and vector form."""
+    """Every optimize op, each start kind (constant, graph input, free variable) in scalar and
+    vector form."""
     tol = {"tol": SOLVER_TOL}
     with pm.Model() as model:
-        scalar_data, vector_data = pm.Data("scalar_start", 0.25), pm.Data("vector_start", np.zeros(2))
+        scalar_data, vector_data = (
+            pm.Data("scalar_start", 0.25),
+            pm.Data("vector_start", np.zeros(2)),
+        )
         # A free start: the solutions do not depend on it, so its posterior is its prior.
         free = pm.Normal("start", 0.0, 1.0, shape=2)
-        free_first = free[0]  # one variable: a solver's start must appear in its equation as the same node
+        free_first = free[
+            0
+        ]  # one variable: a solver's start must appear in its equation as the same node
         mu = pm.Normal("mu", 0.0, 1.0)
-        scalar_constant, vector_constant = pt.constant(0.25, dtype=mu.dtype), pt.constant(np.zeros(2))
+        scalar_constant, vector_constant = (
+            pt.constant(0.25, dtype=mu.dtype),
+            pt.constant(np.zeros(2)),
+        )
 
         def minimized(start):
-            return minimize(_quartic_bowl(start, mu), start, method="BFGS", optimizer_kwargs=tol)[0].mean()
+            return minimize(_quartic_bowl(start, mu), start, method="BFGS", optimizer_kwargs=tol)[
+                0
+            ].mean()
 
         def rooted(start):
-            return root(_cube_root_of(start, mu), start, method="hybr", optimizer_kwargs=tol)[0].mean()
+            return root(_cube_root_of(start, mu), start, method="hybr", optimizer_kwargs=tol)[
+                0
+            ].mean()
 
         solved = [
             minimized(free),
@@ -138,8 +154,18 @@ def optimize_starts() -> pm.Model:
             minimized(vector_constant),
             rooted(vector_data),
             rooted(scalar_constant),
-            root_scalar(_cube_root_of(free_first, mu), free_first, method="newton", optimizer_kwargs={"xtol": SOLVER_TOL})[0],
-            minimize_scalar(_quartic_bowl(scalar_constant, mu), scalar_constant, method="brent", optimizer_kwargs=tol)[0],
+            root_scalar(
+                _cube_root_of(free_first, mu),
+                free_first,
+                method="newton",
+                optimizer_kwargs={"xtol": SOLVER_TOL},
+            )[0],
+            minimize_scalar(
+                _quartic_bowl(scalar_constant, mu),
+                scalar_constant,
+                method="brent",
+                optimizer_kwargs=tol,
+            )[0],
         ]
         pm.Normal("y", pt.add(*solved) / len(solved), 1.0, observed=OBSERVED)
     return model
@@ -150,7 +176,9 @@ def minimize_blockwise() -> pm.Model:
 
     def solved(mu):
         x, centre = pt.vector("x"), pt.vector("centre")
-        solution, _ = minimize(_quartic_bowl(x, centre), x, method="BFGS", optimizer_kwargs={"tol": SOLVER_TOL})
+        solution, _ = minimize(
+            _quartic_bowl(x, centre), x, method="BFGS", optimizer_kwargs={"tol": SOLVER_TOL}
+        )
         batched = vectorize_graph(solution, {x: pt.zeros(offsets.shape), centre: mu + offsets})
         return (batched - offsets).mean()
 
@@ -171,7 +199,13 @@ def ofg_reused() -> pm.Model:
     a, b = pt.scalar("a"), pt.scalar("b")
     affine = OpFromGraph([a, b], [a * b + b], inline=False, name="affine")
     # affine(mu, 2) - affine(mu, 1) - 1 == mu: one OpFromGraph, applied twice.
-    return _conjugate_model(lambda mu: affine(mu, pt.constant(2.0, dtype=mu.dtype)) - affine(mu, pt.constant(1.0, dtype=mu.dtype)) - 1.0)
+    return _conjugate_model(
+        lambda mu: (
+            affine(mu, pt.constant(2.0, dtype=mu.dtype))
+            - affine(mu, pt.constant(1.0, dtype=mu.dtype))
+            - 1.0
+        )
+    )
 
 
 # The local-level model: x_0 ~ N(0, LOCAL_LEVEL_P0), x_{t+1} ~ N(x_t, sigma_state),
@@ -185,7 +219,9 @@ RICCATI_TOL = 1e-10
 LOG_2PI = float(np.log(2 * np.pi))
 
 
-def simulate_local_level(sigma_state: float, sigma_obs: float, length: int, rng: np.random.Generator) -> np.ndarray:
+def simulate_local_level(
+    sigma_state: float, sigma_obs: float, length: int, rng: np.random.Generator
+) -> np.ndarray:
     walk = np.concatenate([[0.0], np.cumsum(sigma_state * rng.standard_normal(length - 1))])
     states = np.sqrt(LOCAL_LEVEL_P0) * rng.standard_normal() + walk
     return states + sigma_obs * rng.standard_normal(length)
@@ -196,7 +232,9 @@ LOCAL_LEVEL_OBSERVED = simulate_local_level(
 )
 
 
-def local_level_system(sigma_state: pt.TensorVariable, sigma_obs: pt.TensorVariable) -> tuple[pt.TensorVariable, ...]:
+def local_level_system(
+    sigma_state: pt.TensorVariable, sigma_obs: pt.TensorVariable
+) -> tuple[pt.TensorVariable, ...]:
     """a0, P0, T, Z, R, H, Q (pymc-extras' names, no intercepts) of the local-level model."""
     one = np.ones((1, 1))
     return (
@@ -213,7 +251,9 @@ def local_level_system(sigma_state: pt.TensorVariable, sigma_obs: pt.TensorVaria
 def _gaussian_loglike(v: pt.TensorVariable, F_chol: pt.TensorVariable) -> pt.TensorVariable:
     """log N(v | 0, F), from the lower Cholesky factor of F."""
     scaled = solve_triangular(F_chol, v, lower=True)
-    return -0.5 * (v.type.shape[0] * LOG_2PI + 2 * pt.log(pt.diag(F_chol)).sum() + (scaled**2).sum())
+    return -0.5 * (
+        v.type.shape[0] * LOG_2PI + 2 * pt.log(pt.diag(F_chol)).sum() + (scaled**2).sum()
+    )
 
 
 def _kalman_step(y, a, P, T, Z, R, H, Q):
@@ -237,17 +277,22 @@ def _transient_step(y, a, P, *system):
 def _kalman_scan(step: Callable, data, a0, P0, *system) -> list[pt.TensorVariable]:
     """The predicted states, their covariances and the log-likelihoods, one per step taken."""
     return pytensor.scan(
-        step, sequences=[data], outputs_info=[a0, P0, None], non_sequences=list(system), return_updates=False
+        step,
+        sequences=[data],
+        outputs_info=[a0, P0, None],
+        non_sequences=list(system),
+        return_updates=False,
     )
 
 
 def standard_filter_loglike(data, a0, P0, T, Z, R, H, Q) -> pt.TensorVariable:
-    """log p(y_t | y_<t) for every t: pymc-extras' StandardFilter, one Kalman step per observation."""
+    """log p(y_t | y_<t) for every t: pymc-extras' StandardFilter, one Kalman step per datum."""
     return _kalman_scan(_kalman_step, data, a0, P0, T, Z, R, H, Q)[2]
 
 
 def _steady_state_loglike(data, a_star, P_star, T, Z, H) -> pt.TensorVariable:
-    """The observations after the covariance has settled: the gain is fixed, no factorisation per step."""
+    """The observations after the covariance has settled: the gain is fixed, no factorisation per
+    step."""
     F_star = Z @ P_star @ Z.mT + H
     F_chol_star = pt.linalg.cholesky(F_star, lower=True)
     K_star = pt.linalg.solve(F_star.mT, (P_star @ Z.mT).mT, assume_a="pos").mT
@@ -270,20 +315,28 @@ def _steady_state_loglike(data, a_star, P_star, T, Z, H) -> pt.TensorVariable:
 
 def _convergent_forward(data, a0, P0, T, Z, R, H, Q) -> list[pt.TensorVariable]:
     a_hat, P_hat, loglike_transient = _kalman_scan(_transient_step, data, a0, P0, T, Z, R, H, Q)
-    # At most one step short of the series, so the steady-state scan always has a step (as pymc-extras).
+    # At most one step short of the series, so the steady-state scan always has a step (as
+    # pymc-extras).
     steps = pt.minimum(a_hat.shape[0], data.shape[0] - 1)
-    loglike_steady = _steady_state_loglike(data[steps:], a_hat[steps - 1], P_hat[steps - 1], T, Z, H)
+    loglike_steady = _steady_state_loglike(
+        data[steps:], a_hat[steps - 1], P_hat[steps - 1], T, Z, H
+    )
     return [pt.concatenate([loglike_transient[:steps], loglike_steady]), steps]
 
 
 def _split_filter_loglike(data, a0, P0, T, Z, R, H, Q, steps) -> pt.TensorVariable:
     """The convergent filter's log-likelihoods with the split at ``steps`` given: two for-Scans."""
-    a_hat, P_hat, loglike_transient = _kalman_scan(_kalman_step, data[:steps], a0, P0, T, Z, R, H, Q)
-    return pt.concatenate([loglike_transient, _steady_state_loglike(data[steps:], a_hat[-1], P_hat[-1], T, Z, H)])
+    a_hat, P_hat, loglike_transient = _kalman_scan(
+        _kalman_step, data[:steps], a0, P0, T, Z, R, H, Q
+    )
+    return pt.concatenate(
+        [loglike_transient, _steady_state_loglike(data[steps:], a_hat[-1], P_hat[-1], T, Z, H)]
+    )
 
 
 class ConvergentKalmanFilter(SymbolicOp):
-    """pymc-extras' convergent filter: log p(y_t | y_<t) for every t, and the number of transient steps.
+    """pymc-extras' convergent filter: log p(y_t | y_<t) for every t, and the number of transient
+    steps.
 
     A while-Scan runs the full Kalman step until the predicted covariance
     settles, then a for-Scan runs the remaining observations with the
@@ -299,7 +352,8 @@ class ConvergentKalmanFilter(SymbolicOp):
         return _convergent_forward(data, a0, P0, T, Z, R, H, Q)
 
     def pullback(self, inputs, outputs, output_grads):
-        replayed = _split_filter_loglike(*inputs, outputs[1])
+        data, a0, P0, T, Z, R, H, Q = inputs
+        replayed = _split_filter_loglike(data, a0, P0, T, Z, R, H, Q, outputs[1])
         return pullback(replayed, list(inputs), output_grads[0], disconnected_inputs="ignore")
 
 
@@ -308,7 +362,8 @@ def convergent_filter_loglike(data, a0, P0, T, Z, R, H, Q) -> pt.TensorVariable:
 
 
 def _local_level_draws(sigma_state, sigma_obs, size):
-    """The generative process whose states the filters integrate out (prior and posterior predictive draws)."""
+    """The generative process whose states the filters integrate out (prior and posterior predictive
+    draws)."""
     initial = pm.Normal.dist(0.0, np.sqrt(LOCAL_LEVEL_P0))
     walk = pt.cumsum(pm.Normal.dist(0.0, sigma_state, shape=LOCAL_LEVEL_LENGTH - 1))
     return pm.Normal.dist(initial + pt.concatenate([pt.zeros(1), walk]), sigma_obs)

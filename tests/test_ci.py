@@ -1,4 +1,5 @@
-"""The CI matrix files: the workflow's shape, actionlint, the extras each leg installs, and the GPU leg's refusal to run without a GPU."""
+"""The CI matrix files: the workflow's shape, actionlint, the extras each leg installs, and the GPU
+leg's refusal to run without a GPU."""
 
 import os
 import re
@@ -78,7 +79,8 @@ def gpu_leg_extras() -> list[str]:
 
 
 def test_every_leg_installs_the_conformance_extra(workflow):
-    """The suite's commands need gpubackend[conformance]: make run/test/conformance, the GPU leg, the matrix job."""
+    """The suite's commands need gpubackend[conformance]: make run/test/conformance, the GPU leg,
+    the matrix job."""
     assert {"conformance", "test"} <= installed_extras([])
     for extras in gpu_leg_extras():
         assert {"conformance", "test"} <= installed_extras([f"EXTRAS={extras}"])

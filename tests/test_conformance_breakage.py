@@ -37,7 +37,8 @@ JAX_DEVICE = os.environ.get(DEVICE_ENV_VAR, "cpu:1")
 def temporary_lowering(
     dispatchers: list[singledispatch], op_type: type, lowering: Callable, base: type = OpFromGraph
 ) -> Iterator[None]:
-    """Register ``lowering`` for ``op_type``; afterwards route ``op_type`` back to ``base``'s lowering."""
+    """Register ``lowering`` for ``op_type``; afterwards route ``op_type`` back to ``base``'s
+    lowering."""
     originals = [(dispatcher, dispatcher.dispatch(base)) for dispatcher in dispatchers]
     for dispatcher, _ in originals:
         dispatcher.register(op_type, lowering)

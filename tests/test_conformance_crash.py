@@ -1,4 +1,5 @@
-"""A case that kills its process is a `crash` result; the other cases and every report still complete."""
+"""A case that kills its process is a `crash` result; the other cases and every report still
+complete."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def test_crashing_cases_are_reported_as_crash_and_the_rest_still_run(tmp_path):
     assert suite.get("errors") == "2"
     assert (
         ABORT_MARKER
-        in suite.find("testcase[@name='aborts[crash test jax @ %s]']/error" % JAX_DEVICE).text
+        in suite.find(f"testcase[@name='aborts[crash test jax @ {JAX_DEVICE}]']/error").text
     )
 
     console = Console(file=io.StringIO(), width=200)

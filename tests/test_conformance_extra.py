@@ -1,4 +1,5 @@
-"""The conformance suite is an optional extra: ``gpubackend[conformance]`` holds rich and hypothesis.
+"""The conformance suite is an optional extra: ``gpubackend[conformance]`` holds rich and
+hypothesis.
 
 The metadata is built from this checkout's pyproject.toml (the installed copy
 may be an older one). The commands are run in fresh interpreters in which the
@@ -26,18 +27,21 @@ INSTALL_HINT = "pip install 'gpubackend[conformance]'"
 
 @pytest.fixture(scope="module")
 def requirements() -> dict[str, set[Requirement]]:
-    """This checkout's ``Requires-Dist`` entries, as setuptools writes them into a wheel, per extra ("" for none)."""
+    """This checkout's ``Requires-Dist`` entries, as setuptools writes them into a wheel, per extra
+    ("" for none)."""
     if (
         importlib.util.find_spec("setuptools") is None
     ):  # the test extra installs it; a provisioned Python may lack it
         pytest.skip(
-            "setuptools (the build backend) is not installed, so this checkout's metadata cannot be built"
+            "setuptools (the build backend) is not installed, so this checkout's metadata cannot "
+            "be built"
         )
     script = """
 import importlib.metadata, json, pathlib, tempfile
 from setuptools import build_meta
 out = tempfile.mkdtemp()
-dist = importlib.metadata.PathDistribution(pathlib.Path(out) / build_meta.prepare_metadata_for_build_wheel(out))
+dist = importlib.metadata.PathDistribution(pathlib.Path(out) /
+build_meta.prepare_metadata_for_build_wheel(out))
 print(json.dumps({"extras": dist.metadata.get_all("Provides-Extra"), "requires": dist.requires}))
 """
     result = subprocess.run(
@@ -123,10 +127,16 @@ import numpy as np
 import gpubackend, pytensor, pytensor.tensor as pt
 loaded = {{"import": [m for m in {CONFORMANCE_EXTRA!r} if m in sys.modules]}}
 x = pt.vector("x")
-total = pytensor.scan(lambda prev, xi: prev + xi, sequences=[x], outputs_info=[pt.zeros(())], return_updates=False)[-1]
-results = [float(np.asarray(pytensor.function([x], total, mode=mode)(np.arange(4.0)))) for mode in ("JAX_GPU", "NUMBA")]
+total = pytensor.scan(
+    lambda prev, xi: prev + xi, sequences=[x], outputs_info=[pt.zeros(())], return_updates=False
+)[-1]
+results = [
+    float(np.asarray(pytensor.function([x], total, mode=mode)(np.arange(4.0))))
+    for mode in ("JAX_GPU", "NUMBA")
+]
 loaded["compile and run"] = [m for m in {CONFORMANCE_EXTRA!r} if m in sys.modules]
-print(json.dumps({{"loaded": loaded, "results": results, "jax": "jax" in sys.modules, "numba": "numba" in sys.modules}}))
+modules = {{"jax": "jax" in sys.modules, "numba": "numba" in sys.modules}}
+print(json.dumps({{"loaded": loaded, "results": results, **modules}}))
 """
     result = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300

@@ -15,13 +15,27 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-HEAVY = ("jax", "jaxlib", "numba", "numpyro", "optimistix", "equinox", "lineax", "gpubackend.solvers")
+HEAVY = (
+    "jax",
+    "jaxlib",
+    "numba",
+    "numpyro",
+    "optimistix",
+    "equinox",
+    "lineax",
+    "gpubackend.solvers",
+)
 
 
 def run_fresh(script: str, env: dict[str, str] | None = None) -> dict:
     """Run ``script`` in a new interpreter in the repository root; it prints one JSON line last."""
     result = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300, env=env or os.environ
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env or os.environ,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[-1])
@@ -51,7 +65,8 @@ from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.scan.op import Scan
 from pytensor.tensor.optimize import MinimizeOp
 from jax._src import xla_bridge
-print(json.dumps({{"scan": jax_funcify.dispatch(Scan).__module__, "minimize": jax_funcify.dispatch(MinimizeOp).__module__,
+scan, minimize = (jax_funcify.dispatch(op).__module__ for op in (Scan, MinimizeOp))
+print(json.dumps({{"scan": scan, "minimize": minimize,
                   "loaded": {LOADED}, "backends": sorted(xla_bridge._backends)}}))
 """
     seen = run_fresh(script)
@@ -69,26 +84,33 @@ from pytensor.link.numba.dispatch import numba_funcify
 from pytensor.scan.op import Scan
 from pytensor.tensor.optimize import MinimizeOp
 import gpubackend
-print(json.dumps([jax_funcify.dispatch(Scan).__module__, numba_funcify.dispatch(MinimizeOp).__module__]))
+print(json.dumps([jax_funcify.dispatch(Scan).__module__,
+numba_funcify.dispatch(MinimizeOp).__module__]))
 """
-    assert run_fresh(script) == ["gpubackend.dispatch.jax.scan", "gpubackend.dispatch.numba.optimize"]
+    assert run_fresh(script) == [
+        "gpubackend.dispatch.jax.scan",
+        "gpubackend.dispatch.numba.optimize",
+    ]
 
 
 JAX_LOWERING_MODULES = sorted(
-    path.stem for path in (REPO / "gpubackend" / "dispatch" / "jax").glob("*.py") if path.stem != "__init__"
+    path.stem
+    for path in (REPO / "gpubackend" / "dispatch" / "jax").glob("*.py")
+    if path.stem != "__init__"
 )
 
 
 @pytest.mark.parametrize("module", JAX_LOWERING_MODULES)
 def test_importing_a_lowering_module_first_loses_no_replacement(module):
-    """Some lowering modules load PyTensor's JAX dispatch themselves: the hook then runs mid-import."""
+    """Some lowering modules load PyTensor's JAX dispatch themselves: the hook runs mid-import."""
     script = f"""
 import json
 import gpubackend
 import gpubackend.dispatch.jax.{module}
 from pytensor.link.jax.dispatch import jax_funcify
 from gpubackend.dispatch.jax.replacements import REPLACED
-print(json.dumps(sorted((op.__name__, jax_funcify.dispatch(op) is replacement.ours) for op, replacement in REPLACED.items())))
+registered = [(op.__name__, jax_funcify.dispatch(op) is ours.ours) for op, ours in REPLACED.items()]
+print(json.dumps(sorted(registered)))
 """
     expected = run_fresh(script.replace(f"import gpubackend.dispatch.jax.{module}\n", ""))
     assert expected and all(installed for _, installed in expected)
@@ -119,7 +141,8 @@ plain = pytensor.function([x], (x ** 2).sum(), mode="JAX_GPU")
 before = {LOADED}
 solution, success = minimize((x ** 2).sum(), x, method="BFGS")
 solved = pytensor.function([x], solution, mode="JAX_GPU")
-print(json.dumps({{"before": before, "after": {LOADED}, "solution": np.asarray(solved(np.ones(2))).tolist()}}))
+solution = np.asarray(solved(np.ones(2))).tolist()
+print(json.dumps({{"before": before, "after": {LOADED}, "solution": solution}}))
 """
     seen = run_fresh(script)
     assert "optimistix" not in seen["before"] and "jax" in seen["before"]
@@ -127,9 +150,15 @@ print(json.dumps({{"before": before, "after": {LOADED}, "solution": np.asarray(s
     assert seen["solution"] == pytest.approx([0.0, 0.0], abs=1e-6)
 
 
-@pytest.mark.parametrize("jax_first", [False, True], ids=["gpubackend-then-jax", "jax-then-gpubackend"])
-@pytest.mark.parametrize("float_x, enabled, dtype", [("float64", True, "float64"), ("float32", False, "float32")])
-def test_jax_enable_x64_follows_floatx_as_soon_as_both_are_loaded(float_x, enabled, dtype, jax_first):
+@pytest.mark.parametrize(
+    "jax_first", [False, True], ids=["gpubackend-then-jax", "jax-then-gpubackend"]
+)
+@pytest.mark.parametrize(
+    "float_x, enabled, dtype", [("float64", True, "float64"), ("float32", False, "float32")]
+)
+def test_jax_enable_x64_follows_floatx_as_soon_as_both_are_loaded(
+    float_x, enabled, dtype, jax_first
+):
     imports = "import jax\nimport gpubackend" if jax_first else "import gpubackend\nimport jax"
     script = f"""
 import json
@@ -143,15 +172,22 @@ out = fn(np.ones(3, dtype=pytensor.config.floatX))
 print(json.dumps({{"before_compile": before_compile, "after_compile": jax.config.jax_enable_x64,
                   "early": str(early.dtype), "out": str(out.dtype)}}))
 """
-    # JAX's own switch says float64, so a float32 floatX shows that gpubackend sets it, not leaves it.
+    # JAX's own switch says float64, so a float32 floatX shows that gpubackend sets it, not leaves
+    # it.
     env = {**os.environ, "JAX_ENABLE_X64": "1" if float_x == "float32" else "0"}
     env["PYTENSOR_FLAGS"] = ",".join(filter(None, [env.get("PYTENSOR_FLAGS"), f"floatX={float_x}"]))
     seen = run_fresh(script, env)
-    assert seen == {"before_compile": enabled, "after_compile": enabled, "early": dtype, "out": dtype}
+    assert seen == {
+        "before_compile": enabled,
+        "after_compile": enabled,
+        "early": dtype,
+        "out": dtype,
+    }
 
 
 def test_a_first_compile_under_another_floatx_keeps_the_precision_decided_when_jax_loaded():
-    # PyTensor's JAX dispatch, which loads with the first compile, re-sets jax_enable_x64 from the floatX of that
+    # PyTensor's JAX dispatch, which loads with the first compile, re-sets jax_enable_x64 from the
+    # floatX of that
     # moment; a float32 context there must not turn float64 off for the rest of the process.
     script = """
 import json
@@ -164,7 +200,12 @@ y = pt.dvector("y")
 out = pytensor.function([y], y * 2, mode="JAX_GPU")(np.ones(3))
 print(json.dumps({"x64": jax.config.jax_enable_x64, "out": str(out.dtype)}))
 """
-    env = {**os.environ, "PYTENSOR_FLAGS": ",".join(filter(None, [os.environ.get("PYTENSOR_FLAGS"), "floatX=float64"]))}
+    env = {
+        **os.environ,
+        "PYTENSOR_FLAGS": ",".join(
+            filter(None, [os.environ.get("PYTENSOR_FLAGS"), "floatX=float64"])
+        ),
+    }
     assert run_fresh(script, env) == {"x64": True, "out": "float64"}
 
 
@@ -172,13 +213,22 @@ def test_public_api_is_documented_and_importable_without_jax():
     script = f"""
 import json, sys
 import gpubackend
-names = {{name: (getattr(gpubackend, name).__doc__ or "").strip().splitlines()[:1] for name in gpubackend.__all__}}
+names = {{
+    name: (getattr(gpubackend, name).__doc__ or "").strip().splitlines()[:1]
+    for name in gpubackend.__all__
+}}
 print(json.dumps({{"names": names, "loaded": {LOADED}}}))
 """
     seen = run_fresh(script)
     assert seen["loaded"] == []
-    assert {"jax_gpu_mode", "JAXGPULinker", "resolve_device", "DataDependentLengthError", "ObjectModeFallbackWarning"} <= set(
-        seen["names"]
-    )
-    undocumented = [name for name, first_line in seen["names"].items() if not first_line or not first_line[0]]
+    assert {
+        "jax_gpu_mode",
+        "JAXGPULinker",
+        "resolve_device",
+        "DataDependentLengthError",
+        "ObjectModeFallbackWarning",
+    } <= set(seen["names"])
+    undocumented = [
+        name for name, first_line in seen["names"].items() if not first_line or not first_line[0]
+    ]
     assert undocumented == []

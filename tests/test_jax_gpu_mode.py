@@ -69,7 +69,7 @@ def test_stock_jax_mode_transfers_on_every_call(target_device):
     fn = pytensor.function([x], (x * 2 + s).sum(), mode="JAX")
     x_dev = resident(np.ones(7), target_device)
     fn(x_dev)
-    with pytest.raises(Exception, match="[Dd]isallowed"):
+    with pytest.raises(Exception, match=r"[Dd]isallowed"):
         with jax.transfer_guard("disallow_explicit"):
             fn(x_dev)
 

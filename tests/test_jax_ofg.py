@@ -1,4 +1,5 @@
-"""OpFromGraph and Composite under JAX and JAX_GPU: one lowering per distinct op, nesting, gradients."""
+"""OpFromGraph and Composite under JAX and JAX_GPU: one lowering per distinct op, nesting,
+gradients."""
 
 from unittest import mock
 

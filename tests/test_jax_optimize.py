@@ -1,4 +1,5 @@
-"""Optimize ops (minimize, root, minimize_scalar, root_scalar) lowered to optimistix under JAX and JAX_GPU.
+"""Optimize ops (minimize, root, minimize_scalar, root_scalar) lowered to optimistix under JAX and
+JAX_GPU.
 
 Every result is compared with the FAST_COMPILE backend, which runs scipy; the
 gradients are PyTensor's implicit-function gradients, lowered like any graph.
@@ -22,9 +23,7 @@ X0 = np.zeros(3)
 def _minimize_problem(method, **optimizer_kwargs):
     x, a = pt.vector("x"), pt.vector("a")
     objective = ((x - a) ** 2).sum() + 0.1 * (x**4).sum()
-    solution, success = minimize(
-        objective, x, method=method, optimizer_kwargs=optimizer_kwargs
-    )
+    solution, success = minimize(objective, x, method=method, optimizer_kwargs=optimizer_kwargs)
     return [x, a], [solution, pt.grad(solution.sum(), a)], success
 
 
@@ -62,7 +61,9 @@ def test_root_and_its_gradient(method, mode):
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)
-@pytest.mark.parametrize("method, bracket, jac", [("brentq", (0.0, 5.0), False), ("newton", None, True)])
+@pytest.mark.parametrize(
+    "method, bracket, jac", [("brentq", (0.0, 5.0), False), ("newton", None, True)]
+)
 def test_root_scalar_and_its_gradient(method, bracket, jac, mode):
     y, c = pt.scalar("y"), pt.scalar("c")
     solution, success = root_scalar(y**3 + y - c, y, method=method, jac=jac, bracket=bracket)
@@ -115,7 +116,8 @@ def _rosenbrock(x):
 
 @pytest.mark.parametrize("method", ["BFGS", "CG", "L-BFGS-B"])
 def test_maxiter_counts_scipy_iterations_not_evaluations(method):
-    """Twice the iterations scipy needs is enough, a third is not: for scipy and for the lowering alike.
+    """Twice the iterations scipy needs is enough, a third is not: for scipy and for the lowering
+    alike.
 
     optimistix counts every trial point as a step, several per iteration
     (BFGS: 72 steps for scipy's 33 iterations here), so a budget in its steps
@@ -125,9 +127,19 @@ def test_maxiter_counts_scipy_iterations_not_evaluations(method):
     needed = scipy.optimize.minimize(_rosenbrock, x0, method=method).nit
     x = pt.vector("x")
     for maxiter, converges in [(2 * needed, True), (needed // 3, False)]:
-        assert scipy.optimize.minimize(_rosenbrock, x0, method=method, options={"maxiter": maxiter}).success == converges
-        _, success = minimize(_rosenbrock(x), x, method=method, optimizer_kwargs={"options": {"maxiter": maxiter}})
-        assert bool(compile_checked([x], [success], [x0], "JAX_GPU")[0]) == converges, (maxiter, needed)
+        assert (
+            scipy.optimize.minimize(
+                _rosenbrock, x0, method=method, options={"maxiter": maxiter}
+            ).success
+            == converges
+        )
+        _, success = minimize(
+            _rosenbrock(x), x, method=method, optimizer_kwargs={"options": {"maxiter": maxiter}}
+        )
+        assert bool(compile_checked([x], [success], [x0], "JAX_GPU")[0]) == converges, (
+            maxiter,
+            needed,
+        )
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)
@@ -159,7 +171,12 @@ def test_float32_solves_terminate_at_float32_precision():
     root_value, root_success = root_scalar(y**3 + y - c, y, method="brentq", bracket=[0.0, 5.0])
     x, a = pt.vector("x", dtype="float32"), pt.vector("a", dtype="float32")
     solution, success = minimize(((x - a) ** 2).sum() + 0.1 * (x**4).sum(), x)
-    values = [np.float32(1.0), np.float32(3.0), np.zeros(3, "float32"), np.array([0.5, -1.0, 2.0], "float32")]
+    values = [
+        np.float32(1.0),
+        np.float32(3.0),
+        np.zeros(3, "float32"),
+        np.array([0.5, -1.0, 2.0], "float32"),
+    ]
     # scipy's BFGS stops at its default gtol=1e-5, about 1e-5 away in x.
     assert_matches_reference([y, c, x, a], [root_value, solution], values, "JAX_GPU", rtol=1e-4)
     assert all(compile_checked([y, c, x, a], [root_success, success], values, "JAX_GPU"))

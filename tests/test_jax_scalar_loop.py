@@ -1,4 +1,5 @@
-"""ScalarLoop under JAX and JAX_GPU: for-loops, until-loops, and the gammainc gradients built on them."""
+"""ScalarLoop under JAX and JAX_GPU: for-loops, until-loops, and the gammainc gradients built on
+them."""
 
 import numpy as np
 import pytensor

@@ -118,7 +118,7 @@ def test_full_trace_and_gradient_of_a_while_scan_under_jax_gpu():
 def test_full_trace_of_a_while_scan_is_refused_by_stock_jax_with_a_clear_error():
     x0, limit = pt.scalar("x0"), pt.scalar("limit")
     with pytest.raises(
-        DataDependentLengthError, match="data-dependent shape.*JAX_GPU.*trace\\[-1\\]"
+        DataDependentLengthError, match=r"data-dependent shape.*JAX_GPU.*trace\[-1\]"
     ):
         pytensor.function([x0, limit], _doubling_until(x0, limit), mode="JAX")
 
@@ -184,7 +184,8 @@ def test_integer_input_used_as_a_length_specialises_the_compiled_function(mode):
     outputs = [powers, pt.zeros((n, 2)) + x.sum() * k, pt.arange(n) * 2.0]
     fn = pytensor.function([n, x, k], outputs, mode=mode)
     reference_fn = pytensor.function([n, x, k], outputs, mode="FAST_COMPILE")
-    # n is a static argument of the jit (one compiled function per value); k, used only as data, is not.
+    # n is a static argument of the jit (one compiled function per value); k, used only as data, is
+    # not.
     assert fn.maker.linker.scalar_shape_inputs == (0,)
     for steps in (3, 5, 3):
         values = [np.asarray(steps), np.array([0.5, 2.0]), np.asarray(2)]
@@ -209,7 +210,8 @@ np.testing.assert_allclose(np.asarray(got), want, rtol=1e-10)
 
 @pytest.mark.parametrize("mode", JAX_MODES)
 def test_second_order_scan_gradient_compiles_without_aborting_xla(mode):
-    """XLA aborted the process on the full-window scatter + reverse of this graph: run it in a child process."""
+    """XLA aborted the process on the full-window scatter + reverse of this graph: run it in a child
+    process."""
     child = subprocess.run(
         [sys.executable, "-c", SECOND_ORDER_SCAN_GRADIENT.format(mode=mode)],
         capture_output=True,
@@ -224,7 +226,8 @@ class NotConverged(RuntimeError):
 
 
 def _checked_newton(max_steps: int):
-    """Newton's sqrt stopped after at most ``max_steps``, checked for convergence as PyMC checks truncation."""
+    """Newton's sqrt stopped after at most ``max_steps``, checked for convergence as PyMC checks
+    truncation."""
     x0, a = pt.vector("x0"), pt.vector("a")
     xs = _newton_sqrt(x0, a, n_steps=max_steps)
     converged = pt.all(pt.abs(xs[-1] ** 2 - a) < 1e-8)
@@ -233,7 +236,8 @@ def _checked_newton(max_steps: int):
 
 @pytest.mark.parametrize("mode", ["JAX_GPU", "JAX"])
 def test_a_check_on_the_data_after_a_while_scan_runs_at_run_time(mode):
-    """Stock JAX drops data checks while tracing; a graph with a while-Scan (which stock refuses whole) keeps them."""
+    """Stock JAX drops data checks while tracing; a graph with a while-Scan (which stock refuses
+    whole) keeps them."""
     inputs, checked = _checked_newton(3)
     fn = pytensor.function(inputs, checked, mode=mode)
     reference = pytensor.function(inputs, checked, mode="FAST_COMPILE")
@@ -253,7 +257,8 @@ def test_a_check_on_the_data_after_a_while_scan_runs_at_run_time(mode):
 
 @pytest.mark.parametrize("mode", JAX_MODES)
 def test_a_boolean_mask_from_the_data_in_a_while_scan_is_refused_by_name(mode):
-    """PyMC's rejection sampling writes ``x[reject] = draw[reject]``: a data-dependent selection JAX cannot trace."""
+    """PyMC's rejection sampling writes ``x[reject] = draw[reject]``: a data-dependent selection JAX
+    cannot trace."""
     x0, limit = pt.vector("x0"), pt.scalar("limit")
 
     def redraw_small(x, limit):
@@ -263,6 +268,6 @@ def test_a_boolean_mask_from_the_data_in_a_while_scan_is_refused_by_name(mode):
     xs = _scan(redraw_small, outputs_info=[x0], non_sequences=[limit], n_steps=20)
     fn = pytensor.function([x0, limit], xs[-1], mode=mode)
     with pytest.raises(
-        DataDependentLengthError, match="boolean mask known only at run time.*pt.where"
+        DataDependentLengthError, match=r"boolean mask known only at run time.*pt\.where"
     ):
         fn(np.linspace(0.5, 2.0, 4), 3.0)

@@ -1,4 +1,5 @@
-"""Shape arithmetic under JAX and JAX_GPU: evaluated while tracing, so shapes and assertions are concrete."""
+"""Shape arithmetic under JAX and JAX_GPU: evaluated while tracing, so shapes and assertions are
+concrete."""
 
 import numpy as np
 import pytensor

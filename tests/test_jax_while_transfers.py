@@ -1,4 +1,5 @@
-"""While-Scans under JAX: host reads per call, runs per call, threads, donation, pmap of grad, stock linkers.
+"""While-Scans under JAX: host reads per call, runs per call, threads, donation, pmap of grad, stock
+linkers.
 
 A while-Scan's trace has a data-dependent length. Graphs whose outputs have
 static shapes keep it on the device as a bounded buffer (zero reads, any JAX
@@ -141,7 +142,8 @@ def test_host_read_counting_catches_deliberate_reads(call, explicit, implicit, t
 
 
 def test_full_trace_runs_the_graph_once_per_call_whatever_the_count(target_device):
-    """The trace comes back bounded and is cut to its length after the one read: no run or compile per count."""
+    """The trace comes back bounded and is cut to its length after the one read: no run or compile
+    per count."""
     (x0, limit), graphs = _graphs()
     fn = pytensor.function([x0, limit], graphs["full trace"], mode="JAX_GPU")
     assert not specialised_on_step_counts(fn)
@@ -184,7 +186,8 @@ THREAD_LIMITS = [10.0, 1000.0, 1e6, 1e300]
 
 @pytest.mark.parametrize("name", ["full trace", "grad(xs.sum(), x0)"])
 def test_one_compiled_callable_called_from_four_threads_at_once(name, target_device):
-    """The linker's jitted callable is shared (a PyTensor Function's input storage is not: see the next test)."""
+    """The linker's jitted callable is shared (a PyTensor Function's input storage is not: see the
+    next test)."""
     inputs, graphs = _graphs()
     jitted = pytensor.function(list(inputs), graphs[name], mode="JAX_GPU").vm.jit_fn
 
@@ -217,7 +220,8 @@ def test_updates_are_donated_next_to_a_bounded_while_scan(target_device):
 
 
 def test_pytensor_gradient_of_a_while_scan_runs_in_a_stock_jaxified_graph():
-    """nutpie's gradient_backend="pytensor" and get_jaxified_graph: PyTensor's gradient needs the trace."""
+    """nutpie's gradient_backend="pytensor" and get_jaxified_graph: PyTensor's gradient needs the
+    trace."""
     x0, limit, xs = _doubling()
     cost = (xs**2).sum()
     outputs = [cost, pytensor.grad(cost, x0)]
@@ -231,7 +235,8 @@ def test_pytensor_gradient_of_a_while_scan_runs_in_a_stock_jaxified_graph():
 
 
 def test_pmap_of_jax_grad_through_a_newton_while_scan():
-    """numpyro's default chain method pmaps jax.grad of the logp (issue: closure-converted function)."""
+    """numpyro's default chain method pmaps jax.grad of the logp (issue: closure-converted
+    function)."""
     a = pt.scalar("a")
 
     def newton(x, a):
@@ -315,9 +320,11 @@ def test_bounded_traces_match_pytensor_through_their_consumers(family, mode):
 
 @pytest.mark.parametrize("mode", ["JAX", "JAX_GPU"])
 def test_the_capacity_ladder_climbs_as_far_as_the_loop_needs(mode):
-    """Each rung of room (16, 256, 4096 steps, then the bound) is reached by a call that needs it, with exact results.
+    """Each rung of room (16, 256, 4096 steps, then the bound) is reached by a call that needs it,
+    with exact results.
 
-    Under JAX_GPU on the CPU the rungs above 256 are a second computation, run only when the first overflows.
+    Under JAX_GPU on the CPU the rungs above 256 are a second computation, run only when the first
+    overflows.
     """
     x0, limit = pt.scalar("x0"), pt.scalar("limit")
 

@@ -1,4 +1,5 @@
-"""The Kalman-filter models of tests/pymc_models.py against a pure-numpy Kalman filter, on every logp path.
+"""The Kalman-filter models of tests/pymc_models.py against a pure-numpy Kalman filter, on every
+logp path.
 
 The reference is the local-level model's scalar recursion, with its gradient
 carried along in forward mode: no PyTensor, no matrices, no Scan. Both filters
@@ -63,7 +64,8 @@ def kalman_reference(sigma_state: float, sigma_obs: float) -> tuple[float, np.nd
 
 
 def riccati_settling_steps(sigma_state: float, sigma_obs: float) -> int:
-    """The convergent filter's transient steps: until the covariance change is below tolerance, one short of the series at most."""
+    """The convergent filter's transient steps: until the covariance change is below tolerance, one
+    short of the series at most."""
     q, h, P = sigma_state**2, sigma_obs**2, LOCAL_LEVEL_P0
     for step in range(1, LOCAL_LEVEL_LENGTH):
         P, previous = P * h / (P + h) + q, P
@@ -73,13 +75,18 @@ def riccati_settling_steps(sigma_state: float, sigma_obs: float) -> int:
 
 
 def value_point(m: pm.Model, sigmas: tuple[float, float]) -> dict[str, np.ndarray]:
-    """The model's (log-transformed) value point at (sigma_state, sigma_obs), in value-variable order."""
-    logs = {m.rvs_to_values[m[name]].name: np.log(sigma) for name, sigma in zip(("sigma_state", "sigma_obs"), sigmas, strict=True)}
+    """The model's (log-transformed) value point at (sigma_state, sigma_obs), in value-variable
+    order."""
+    logs = {
+        m.rvs_to_values[m[name]].name: np.log(sigma)
+        for name, sigma in zip(("sigma_state", "sigma_obs"), sigmas, strict=True)
+    }
     return {value.name: np.asarray(logs[value.name]) for value in m.value_vars}
 
 
 def model_reference(sigmas: tuple[float, float]) -> tuple[float, np.ndarray]:
-    """The model's logp and its gradient in the log values: HalfNormal(1) priors, the log-Jacobian, the filter."""
+    """The model's logp and its gradient in the log values: HalfNormal(1) priors, the log-Jacobian,
+    the filter."""
     sigma = np.asarray(sigmas)
     loglike, dloglike = kalman_reference(*sigmas)
     logp = loglike + np.sum(0.5 * np.log(2 / np.pi) - sigma**2 / 2 + np.log(sigma))
@@ -95,8 +102,12 @@ def test_logp_and_gradient_match_numpy_kalman_filter(case_name: str, path: str) 
     for sigmas in SIGMA_POINTS:
         point = value_point(m, sigmas)
         want_logp, want_dlogp = model_reference(sigmas)
-        np.testing.assert_allclose(float(logp(point)), want_logp, rtol=RTOL[case_name], err_msg=str(sigmas))
-        np.testing.assert_allclose(np.asarray(dlogp(point)), want_dlogp, rtol=RTOL[case_name], err_msg=str(sigmas))
+        np.testing.assert_allclose(
+            float(logp(point)), want_logp, rtol=RTOL[case_name], err_msg=str(sigmas)
+        )
+        np.testing.assert_allclose(
+            np.asarray(dlogp(point)), want_dlogp, rtol=RTOL[case_name], err_msg=str(sigmas)
+        )
 
 
 @pytest.mark.parametrize("mode", ["NUMBA", "JAX_GPU"])
@@ -131,7 +142,9 @@ def test_jax_gpu_compiles_are_bounded_while_the_step_count_changes() -> None:
     m = CASES["kalman_convergent"].build()
     assert len({riccati_settling_steps(*sigmas) for sigmas in WALK}) > 20
     logp_dlogp = m.logp_dlogp_function(ravel_inputs=True, mode="JAX_GPU")
-    points = [np.concatenate([np.ravel(v) for v in value_point(m, sigmas).values()]) for sigmas in WALK]
+    points = [
+        np.concatenate([np.ravel(v) for v in value_point(m, sigmas).values()]) for sigmas in WALK
+    ]
     with backend_compiles() as first:
         logp_dlogp(points[0])
     # A fresh function that compiles nothing on its first call means the listener heard nothing.

@@ -1,4 +1,5 @@
-"""The main job (``python -m gpubackend run``): the demo, then a quick conformance subset that says how to run the rest."""
+"""The main job (``python -m gpubackend run``): the demo, then a quick conformance subset that says
+how to run the rest."""
 
 from __future__ import annotations
 

@@ -24,9 +24,9 @@ from pytensor.tensor.optimize import (
     root_scalar,
 )
 
+from gpubackend import ObjectModeFallbackWarning
 from gpubackend.conformance.probe import CALL, LINK, RewriteFreeProbe
 from gpubackend.dispatch.numba.scalar_core import scalar_core
-from gpubackend import ObjectModeFallbackWarning
 
 RTOL = 1e-6
 REFERENCE_MODE = "FAST_COMPILE"
@@ -49,7 +49,9 @@ def optimize_ops(fgraph):
 
 def frozen_snapshot(op):
     nodes = op.fgraph.toposort()
-    return op.fgraph, [(node, node.op, tuple(node.inputs), dict(node.op.destroy_map)) for node in nodes]
+    return op.fgraph, [
+        (node, node.op, tuple(node.inputs), dict(node.op.destroy_map)) for node in nodes
+    ]
 
 
 def solve_with_both_backends(problems, inputs, wrt, values, reference_problems=None):
@@ -71,7 +73,10 @@ def solve_with_both_backends(problems, inputs, wrt, values, reference_problems=N
     got = numba_function(inputs, outputs_of(problems))(*values)
     reference = outputs_of(reference_problems or problems)
     expected = pytensor.function(inputs, reference, mode=REFERENCE_MODE)(*values)
-    return {name: (got[3 * i : 3 * i + 3], expected[3 * i : 3 * i + 3]) for i, name in enumerate(problems)}
+    return {
+        name: (got[3 * i : 3 * i + 3], expected[3 * i : 3 * i + 3])
+        for i, name in enumerate(problems)
+    }
 
 
 def assert_matches_reference(result, rtol=RTOL):
@@ -85,7 +90,9 @@ def assert_matches_reference(result, rtol=RTOL):
 def bfgs_problem():
     x = pt.vector("x")
     a = pt.scalar("a")
-    solution, success = minimize(rosenbrock(x, a), x, method="BFGS", optimizer_kwargs={"tol": 1e-10})
+    solution, success = minimize(
+        rosenbrock(x, a), x, method="BFGS", optimizer_kwargs={"tol": 1e-10}
+    )
     gradient = pytensor.grad(solution.sum(), a)
     inputs, outputs = [x, a], [solution, success, gradient]
     canonical_op = solution.owner.op
@@ -127,13 +134,26 @@ def minimize_methods_problem():
     problems = {
         "L-BFGS-B": minimize(objective, x, method="L-BFGS-B", optimizer_kwargs=tight),
         "L-BFGS-B_bounded": minimize(
-            objective, x, method="L-BFGS-B", optimizer_kwargs={**tight, "bounds": [(None, 0.9), (0.0, 2.0)]}
+            objective,
+            x,
+            method="L-BFGS-B",
+            optimizer_kwargs={**tight, "bounds": [(None, 0.9), (0.0, 2.0)]},
         ),
         "Newton-CG": minimize(
-            objective, x, method="Newton-CG", hess=True, use_vectorized_jac=True, optimizer_kwargs=tight
+            objective,
+            x,
+            method="Newton-CG",
+            hess=True,
+            use_vectorized_jac=True,
+            optimizer_kwargs=tight,
         ),
         "trust-exact": minimize(
-            objective, x, method="trust-exact", hess=True, use_vectorized_jac=True, optimizer_kwargs=tight
+            objective,
+            x,
+            method="trust-exact",
+            hess=True,
+            use_vectorized_jac=True,
+            optimizer_kwargs=tight,
         ),
     }
     # BFGS's fixture checks the implicit gradient of this same objective.
@@ -154,7 +174,9 @@ def test_lowering_is_native_and_inner_graph_is_baked_inplace(bfgs_problem):
     protected = set(compiled_op.fgraph.inputs)
     for node in baked:
         for positions in node.op.destroy_map.values():
-            assert not protected & {node.inputs[i] for i in positions}, f"{node} destroys an inner input"
+            assert not protected & {node.inputs[i] for i in positions}, (
+                f"{node} destroys an inner input"
+            )
     assert not any(node.op.destroy_map for node in canonical_op.fgraph.apply_nodes)
 
 
@@ -165,12 +187,15 @@ def test_canonical_graph_unchanged_and_gradient_rederivable(bfgs_problem):
     assert canonical_op.fgraph is fgraph
     assert [(n, n.op, tuple(n.inputs), dict(n.op.destroy_map)) for n in fgraph.toposort()] == nodes
     gradient = pytensor.grad(bfgs_problem["solution"].sum(), bfgs_problem["a"])
-    rederived = pytensor.function(bfgs_problem["inputs"], gradient, mode=REFERENCE_MODE)(*bfgs_problem["values"])
+    rederived = pytensor.function(bfgs_problem["inputs"], gradient, mode=REFERENCE_MODE)(
+        *bfgs_problem["values"]
+    )
     np.testing.assert_allclose(rederived, bfgs_problem["expected"][2], rtol=RTOL)
 
 
 def link_and_call_twice(inputs, outputs, values):
-    """Link under NUMBA and call twice while the conformance probe counts rewrites, graphs and compiles."""
+    """Link under NUMBA and call twice while the conformance probe counts rewrites, graphs and
+    compiles."""
     probe = RewriteFreeProbe()
     with probe.installed():
         fn = probe.compile(lambda: pytensor.function(inputs, outputs, mode="NUMBA"))
@@ -180,7 +205,9 @@ def link_and_call_twice(inputs, outputs, values):
 
 
 def test_link_and_calls_are_rewrite_free(bfgs_problem):
-    counts, results = link_and_call_twice(bfgs_problem["inputs"], bfgs_problem["outputs"], bfgs_problem["values"])
+    counts, results = link_and_call_twice(
+        bfgs_problem["inputs"], bfgs_problem["outputs"], bfgs_problem["values"]
+    )
     assert counts[LINK].clean, counts[LINK].describe()
     assert counts[CALL].clean, counts[CALL].describe()
     np.testing.assert_allclose(results[1][0], bfgs_problem["expected"][0], rtol=RTOL)
@@ -229,7 +256,9 @@ def root_problem():
     }
     # scipy has no plain-Newton root method: hybr solves the same system.
     reference = {**problems, "newton": problems["hybr"]}
-    return solve_with_both_backends(problems, [x, z, a], a, (np.array([1.0, 1.0]), np.array(0.5), 2.0), reference)
+    return solve_with_both_backends(
+        problems, [x, z, a], a, (np.array([1.0, 1.0]), np.array(0.5), 2.0), reference
+    )
 
 
 @pytest.mark.parametrize("name", ["hybr", "newton", "hybr_0d", "lm"])
@@ -277,7 +306,11 @@ def test_scalar_problem_runs_on_floats_only_when_its_inner_graph_is_one_scalar_o
         root_scalar((z**3 * v).sum() - a, z, method="brentq", bracket=(0.0, 3.0)),
         minimize_scalar((z - a) ** 2 + pt.cos(z * v).sum(), z, method="brent"),
     ]
-    outputs = [output for solution, success in problems for output in (solution, success, pytensor.grad(solution, a))]
+    outputs = [
+        output
+        for solution, success in problems
+        for output in (solution, success, pytensor.grad(solution, a))
+    ]
     fn = numba_function([z, a, v], outputs)
     on_floats = sorted(scalar_core(op.fgraph) is not None for op in optimize_ops(fn.maker.fgraph))
     assert on_floats == [False, False, True]
@@ -300,7 +333,9 @@ def test_nonconvergence_reports_failure_without_exception():
             use_vectorized_jac=True,
             optimizer_kwargs={"options": {"maxfev": 2}},
         ),
-        root_scalar(z**3 - a, z, method="brentq", bracket=(0.0, 3.0), optimizer_kwargs={"maxiter": 1}),
+        root_scalar(
+            z**3 - a, z, method="brentq", bracket=(0.0, 3.0), optimizer_kwargs={"maxiter": 1}
+        ),
     ]
     successes = [success for _, success in problems]
     values = (np.array([-1.2, 1.0]), np.array(1.0), 3.0)
@@ -315,13 +350,17 @@ def test_blockwise_vectorised_matches_scipy():
     z = pt.scalar("z")
     a = pt.scalar("a")
     batch_a = pt.vector("batch_a")
-    solution, success = minimize(rosenbrock(x, a), x, method="BFGS", optimizer_kwargs={"tol": 1e-10})
+    solution, success = minimize(
+        rosenbrock(x, a), x, method="BFGS", optimizer_kwargs={"tol": 1e-10}
+    )
     root_solution, root_success = root_scalar(z**3 - a, z, method="brentq", bracket=(0.0, 3.0))
     outputs = vectorize_graph([solution, success, root_solution, root_success], {a: batch_a})
     fn = numba_function([x, z, batch_a], outputs)
     nodes = fn.maker.fgraph.apply_nodes
     # A bare Blockwise of an optimize op would run in object mode.
-    assert not [n for n in nodes if isinstance(n.op, Blockwise) and isinstance(n.op.core_op, ScipyWrapperOp)]
+    assert not [
+        n for n in nodes if isinstance(n.op, Blockwise) and isinstance(n.op.core_op, ScipyWrapperOp)
+    ]
     assert sum(isinstance(n.op, BlockwiseWithCoreShape) for n in nodes) == 2
     values = (np.array([-1.2, 1.0]), np.array(1.0), np.array([0.5, 1.3, 2.0]))
     got = fn(*values)

@@ -40,12 +40,15 @@ DRAWS, TUNE, CHAINS, SEED = 100, 100, 2, 20261123
 MAP_ATOL = 1e-4
 
 EQUINOX_PMAP = (
-    "upstream: equinox 0.13.8 closure_convert compares ShapeDtypeStruct shardings; under jax 0.12's "
-    "shard_map-based pmap the Jacobian operator's example arguments carry the pmap AbstractMesh and the "
+    "upstream: equinox 0.13.8 closure_convert compares ShapeDtypeStruct shardings; under jax "
+    "0.12's "
+    "shard_map-based pmap the Jacobian operator's example arguments carry the pmap AbstractMesh "
+    "and the "
     "call's do not (lineax JacobianLinearOperator.mv inside optimistix)"
 )
 BLACKJAX_PROGRESS_BAR = (
-    "upstream: PyMC 6.4 passes `progress_bar` to blackjax 1.7.1's window adaptation kernel, which no longer takes it"
+    "upstream: PyMC 6.4 passes `progress_bar` to blackjax 1.7.1's window "
+    "adaptation kernel, which no longer takes it"
 )
 
 SOLVER_CASES = ("optimize_starts", "minimize_blockwise")
@@ -68,16 +71,25 @@ def cell(case_name: str, path: str):
 
 @functools.cache
 def model(case_name: str) -> pm.Model:
-    """One model per case, shared by every path: JAX_GPU leaves the user's ``pm.Data`` values as they were."""
+    """One model per case, shared by every path: JAX_GPU leaves the user's ``pm.Data`` values as
+    they were."""
     return CASES[case_name].build()
 
 
 def _sample_kwargs() -> dict:
-    return {"draws": DRAWS, "tune": TUNE, "chains": CHAINS, "random_seed": SEED, "progressbar": False}
+    return {
+        "draws": DRAWS,
+        "tune": TUNE,
+        "chains": CHAINS,
+        "random_seed": SEED,
+        "progressbar": False,
+    }
 
 
 def _numpyro(chain_method: str):
-    return lambda m: pm.sample(nuts_sampler="numpyro", nuts={"chain_method": chain_method}, model=m, **_sample_kwargs())
+    return lambda m: pm.sample(
+        nuts_sampler="numpyro", nuts={"chain_method": chain_method}, model=m, **_sample_kwargs()
+    )
 
 
 def _nutpie_jax(gradient_backend: str):
@@ -85,7 +97,9 @@ def _nutpie_jax(gradient_backend: str):
         import nutpie
 
         compiled = nutpie.compile_pymc_model(m, backend="jax", gradient_backend=gradient_backend)
-        return nutpie.sample(compiled, draws=DRAWS, tune=TUNE, chains=CHAINS, seed=SEED, progress_bar=False)
+        return nutpie.sample(
+            compiled, draws=DRAWS, tune=TUNE, chains=CHAINS, seed=SEED, progress_bar=False
+        )
 
     return sample
 
@@ -93,7 +107,11 @@ def _nutpie_jax(gradient_backend: str):
 def _pm_sample(nuts_sampler: str | None, mode: str):
     cores = {"cores": 1} if nuts_sampler == "pymc" else {}
     return lambda m: pm.sample(
-        nuts_sampler=nuts_sampler, compile_kwargs={"mode": mode}, model=m, **cores, **_sample_kwargs()
+        nuts_sampler=nuts_sampler,
+        compile_kwargs={"mode": mode},
+        model=m,
+        **cores,
+        **_sample_kwargs(),
     )
 
 
@@ -136,22 +154,33 @@ def numba_reference(case_name: str):
 
 def _means_and_mcse(posterior, names) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     mcse = arviz.mcse(posterior, var_names=list(names), method="mean")
-    return {name: (posterior[name].mean(("chain", "draw")).values, np.asarray(mcse[name])) for name in names}
+    return {
+        name: (posterior[name].mean(("chain", "draw")).values, np.asarray(mcse[name]))
+        for name in names
+    }
 
 
 def assert_posterior_means(case: PyMCCase, posterior) -> None:
-    names = list(case.posterior_mean) if case.posterior_mean else [rv.name for rv in model(case.name).free_RVs]
+    names = (
+        list(case.posterior_mean)
+        if case.posterior_mean
+        else [rv.name for rv in model(case.name).free_RVs]
+    )
     got = _means_and_mcse(posterior, names)
     if case.posterior_mean is not None:
         for name, want in case.posterior_mean.items():
             mean, mcse = got[name]
-            assert np.all(np.abs(mean - want) <= Z_SCORE * mcse), f"{name}: {mean} vs closed form {want}, MCSE {mcse}"
+            assert np.all(np.abs(mean - want) <= Z_SCORE * mcse), (
+                f"{name}: {mean} vs closed form {want}, MCSE {mcse}"
+            )
         return
     reference = _means_and_mcse(numba_reference(case.name), names)
     for name in names:
-        (mean, mcse), (want, want_mcse) = got[name], reference[name]
-        tolerance = Z_SCORE * np.hypot(mcse, want_mcse)
-        assert np.all(np.abs(mean - want) <= tolerance), f"{name}: {mean} vs NUMBA {want}, tolerance {tolerance}"
+        (mean, mcse), (numba_mean, numba_mcse) = got[name], reference[name]
+        tolerance = Z_SCORE * np.hypot(mcse, numba_mcse)
+        assert np.all(np.abs(mean - numba_mean) <= tolerance), (
+            f"{name}: {mean} vs NUMBA {numba_mean}, tolerance {tolerance}"
+        )
 
 
 @pytest.mark.parametrize(("case_name", "path"), [cell(c, p) for c in CASES for p in SAMPLER_PATHS])
@@ -176,9 +205,12 @@ def test_find_map(case_name: str, mode: str) -> None:
 
 
 def _posterior_draws(case: PyMCCase, m: pm.Model) -> xr.Dataset:
-    """Independent draws standing in for a posterior: the closed form where there is one, else the prior."""
+    """Independent draws standing in for a posterior: the closed form where there is one, else the
+    prior."""
     rng = np.random.default_rng(SEED)
-    prior = pm.sample_prior_predictive(draws=DRAWS * CHAINS, model=m, random_seed=SEED, var_names=[rv.name for rv in m.free_RVs])
+    prior = pm.sample_prior_predictive(
+        draws=DRAWS * CHAINS, model=m, random_seed=SEED, var_names=[rv.name for rv in m.free_RVs]
+    )
     draws = {}
     for rv in m.free_RVs:
         values = np.asarray(prior.prior[rv.name])
@@ -187,7 +219,10 @@ def _posterior_draws(case: PyMCCase, m: pm.Model) -> xr.Dataset:
         sd = 1 / np.sqrt(OBSERVED.size + 1)
         draws["mu"] = case.posterior_mean["mu"] + sd * rng.standard_normal((CHAINS, DRAWS))
     return xr.Dataset(
-        {name: (("chain", "draw", *[f"{name}_dim_{i}" for i in range(v.ndim - 2)]), v) for name, v in draws.items()}
+        {
+            name: (("chain", "draw", *[f"{name}_dim_{i}" for i in range(v.ndim - 2)]), v)
+            for name, v in draws.items()
+        }
     )
 
 
@@ -207,7 +242,11 @@ def test_posterior_predictive(case_name: str, mode: str) -> None:
         assert abs(residuals.std() - 1) <= Z_SCORE / np.sqrt(2 * n), residuals.std()
         return
     reference = pm.sample_posterior_predictive(
-        posterior, model=model(case_name), compile_kwargs={"mode": "NUMBA"}, random_seed=SEED + 1, progressbar=False
+        posterior,
+        model=model(case_name),
+        compile_kwargs={"mode": "NUMBA"},
+        random_seed=SEED + 1,
+        progressbar=False,
     ).posterior_predictive["y"]
     tolerance = Z_SCORE * np.hypot(predicted.std(), reference.std()) / np.sqrt(n)
     assert abs(float(predicted.mean() - reference.mean())) <= tolerance
@@ -261,7 +300,9 @@ def fixed_points(m: pm.Model) -> list[dict[str, np.ndarray]]:
 @functools.cache
 def numba_logp_at_points(case_name: str) -> list[tuple[float, np.ndarray]]:
     logp, dlogp = compiled_logp_dlogp(case_name, "NUMBA")
-    return [(float(logp(point)), np.asarray(dlogp(point))) for point in fixed_points(model(case_name))]
+    return [
+        (float(logp(point)), np.asarray(dlogp(point))) for point in fixed_points(model(case_name))
+    ]
 
 
 @pytest.mark.parametrize("path", list(LOGP_PATHS))
@@ -269,9 +310,13 @@ def numba_logp_at_points(case_name: str) -> list[tuple[float, np.ndarray]]:
 def test_logp_and_gradient_match_numba(case_name: str, path: str) -> None:
     case, m = CASES[case_name], model(case_name)
     logp, dlogp = compiled_logp_dlogp(case_name, path)
-    for point, (want_logp, want_dlogp) in zip(fixed_points(m), numba_logp_at_points(case_name), strict=True):
+    for point, (want_logp, want_dlogp) in zip(
+        fixed_points(m), numba_logp_at_points(case_name), strict=True
+    ):
         np.testing.assert_allclose(float(logp(point)), want_logp, rtol=case.logp_rtol)
-        np.testing.assert_allclose(np.asarray(dlogp(point)), want_dlogp, rtol=case.logp_rtol, atol=case.logp_rtol)
+        np.testing.assert_allclose(
+            np.asarray(dlogp(point)), want_dlogp, rtol=case.logp_rtol, atol=case.logp_rtol
+        )
 
 
 def test_numba_reads_shared_data_after_jax_gpu() -> None:

@@ -56,7 +56,8 @@ SCOPED_SCRIPT = textwrap.dedent(
     last = doubling_until(x0, limit)
     # A while-Scan inside a for-Scan body: the stock for-Scan lowering must recurse into ours.
     limits = pt.vector("limits")
-    nested = pytensor.scan(lambda lim, x0: doubling_until(x0, lim), sequences=[limits], non_sequences=[x0], return_updates=False)
+    nested = pytensor.scan(lambda lim, x0: doubling_until(x0, lim), sequences=[limits],
+    non_sequences=[x0], return_updates=False)
     a = pt.vector("a")
     x = pt.vector("x")
     solution, success = minimize(((x - a) ** 2).sum(), x)

@@ -1,4 +1,5 @@
-"""The JAX and Numba lowerings read an optimize op's scipy options alike (`gpubackend.scipy_options`).
+"""The JAX and Numba lowerings read an optimize op's scipy options alike
+(`gpubackend.scipy_options`).
 
 Three checks: both backends resolve the same op to the same settings and
 spend the budget the caller gave (``maxiter`` counts what scipy counts);
@@ -76,16 +77,24 @@ class Case:
         """``(solution, success)`` of the PyTensor op with ``budget=limit``."""
         method, interval = self.method, self.interval
         if self.kind == "minimize":
-            return minimize(_rosenbrock(X), X, method=method, optimizer_kwargs={"options": {self.budget: limit}})
+            return minimize(
+                _rosenbrock(X), X, method=method, optimizer_kwargs={"options": {self.budget: limit}}
+            )
         if self.kind == "root":
             equations = _equations(XR, pt.constant(ROOT_TARGET), pt.stack)
-            return root(equations, XR, method=method, optimizer_kwargs={"options": {self.budget: limit}})
+            return root(
+                equations, XR, method=method, optimizer_kwargs={"options": {self.budget: limit}}
+            )
         if self.kind == "minimize_scalar":
             options = {"options": {self.budget: limit}}
-            return minimize_scalar(_scalar_objective(Z), Z, method=method, optimizer_kwargs=options, **interval)
+            return minimize_scalar(
+                _scalar_objective(Z), Z, method=method, optimizer_kwargs=options, **interval
+            )
         jac = method == "newton"
         equation = _scalar_equation(Z)
-        return root_scalar(equation, Z, method=method, jac=jac, optimizer_kwargs={self.budget: limit}, **interval)
+        return root_scalar(
+            equation, Z, method=method, jac=jac, optimizer_kwargs={self.budget: limit}, **interval
+        )
 
     def scipy(self, limit: int | None = None) -> tuple[int, bool]:
         """scipy's own ``(count, success)`` on the same problem, counting what ``budget`` counts."""
@@ -95,12 +104,19 @@ class Case:
             warnings.simplefilter("ignore", RuntimeWarning)
             if self.kind == "minimize":
                 result = scipy.optimize.minimize(
-                    _rosenbrock, start_x, jac=_rosenbrock_gradient, method=self.method, options=options
+                    _rosenbrock,
+                    start_x,
+                    jac=_rosenbrock_gradient,
+                    method=self.method,
+                    options=options,
                 )
                 return result.nit, result.success
             if self.kind == "root":
                 result = scipy.optimize.root(
-                    lambda x: _equations(x, ROOT_TARGET, np.array), VALUES[1], jac=_jacobian, method=self.method,
+                    lambda x: _equations(x, ROOT_TARGET, np.array),
+                    VALUES[1],
+                    jac=_jacobian,
+                    method=self.method,
                     options=options,
                 )
                 return result.nfev, result.success
@@ -111,7 +127,12 @@ class Case:
                 return (result.nfev if self.method == "bounded" else result.nit), result.success
             extra = {"fprime": lambda z: 3 * z**2 + 1} if self.method == "newton" else {}
             result = scipy.optimize.root_scalar(
-                _scalar_equation, method=self.method, x0=start_z, **extra, **self.interval, **options
+                _scalar_equation,
+                method=self.method,
+                x0=start_z,
+                **extra,
+                **self.interval,
+                **options,
             )
             return result.iterations, result.converged
 
@@ -165,7 +186,8 @@ def test_both_backends_resolve_the_same_settings_and_budget(case):
 
 @pytest.fixture(scope="module")
 def budget_runs():
-    """Per case: scipy's count, and (scipy, JAX_GPU, NUMBA) successes at a short and at twice scipy's budget."""
+    """Per case: scipy's count, and (scipy, JAX_GPU, NUMBA) successes at a short and at twice
+    scipy's budget."""
     limits = {}
     for case in CASES:
         count, converged = case.scipy()
@@ -179,7 +201,12 @@ def budget_runs():
     runs = {}
     for i, case in enumerate(CASES):
         runs[case] = [
-            (limit, case.scipy(limit)[1], bool(jax_successes[2 * i + j]), bool(numba_successes[2 * i + j]))
+            (
+                limit,
+                case.scipy(limit)[1],
+                bool(jax_successes[2 * i + j]),
+                bool(numba_successes[2 * i + j]),
+            )
             for j, limit in enumerate(limits[case])
         ]
     return runs
@@ -194,7 +221,10 @@ def test_numba_succeeds_where_scipy_does(budget_runs, case):
 @pytest.mark.parametrize(
     "case",
     [
-        pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=JAX_SUBSTITUTES[(case.kind, case.method)]))
+        pytest.param(
+            case,
+            marks=pytest.mark.xfail(strict=True, reason=JAX_SUBSTITUTES[(case.kind, case.method)]),
+        )
         if (case.kind, case.method) in JAX_SUBSTITUTES
         else case
         for case in CASES
@@ -213,7 +243,9 @@ def test_short_budget_fails_and_twice_scipys_count_succeeds_under_scipy(budget_r
 
 
 def test_an_option_the_method_lacks_is_named_with_the_expected_ones():
-    solution, _ = minimize(_rosenbrock(X), X, method="BFGS", optimizer_kwargs={"options": {"maxfun": 10}})
+    solution, _ = minimize(
+        _rosenbrock(X), X, method="BFGS", optimizer_kwargs={"options": {"maxfun": 10}}
+    )
     op = solution.owner.op
     with pytest.raises(UnsupportedOption, match=r"\['maxfun'\].*'gtol', 'norm', 'maxiter'"):
         resolve(op)
@@ -224,14 +256,19 @@ def test_an_option_the_method_lacks_is_named_with_the_expected_ones():
 
 
 def test_a_budget_that_is_not_a_count_is_a_clear_error():
-    solution, _ = root_scalar(_scalar_equation(Z), Z, method="newton", jac=True, optimizer_kwargs={"maxiter": -3})
+    solution, _ = root_scalar(
+        _scalar_equation(Z), Z, method="newton", jac=True, optimizer_kwargs={"maxiter": -3}
+    )
     with pytest.raises(ValueError, match=r"'maxiter' must be a whole number >= 0, got -3"):
         resolve(solution.owner.op)
 
 
 def test_tol_sets_what_scipy_sets_and_explicit_options_win():
     solution, _ = minimize(
-        _rosenbrock(X), X, method="L-BFGS-B", optimizer_kwargs={"tol": 1e-9, "options": {"gtol": 1e-3}}
+        _rosenbrock(X),
+        X,
+        method="L-BFGS-B",
+        optimizer_kwargs={"tol": 1e-9, "options": {"gtol": 1e-3}},
     )
     settings = resolve(solution.owner.op).settings
     assert (settings.ftol, settings.gtol) == (1e-9, 1e-3)
@@ -242,7 +279,9 @@ def test_scipy_options_imports_neither_jax_nor_numba():
         "import sys, gpubackend.scipy_options; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'numba', 'optimistix')))"
     )
-    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
     assert loaded.strip() == "[]"
 
 
@@ -256,7 +295,8 @@ def _marked(backend: str) -> set[tuple[type, str]]:
 
 
 def test_each_backend_runs_exactly_the_methods_the_table_gives_it():
-    """The one table of methods (scipy_options.methods) and each backend's solvers name the same methods."""
+    """The one table of methods (scipy_options.methods) and each backend's solvers name the same
+    methods."""
     from gpubackend.dispatch.numba.optimize import NATIVE_SOLVERS
 
     assert set(JAX_SOLVERS) == _marked("jax")

@@ -67,7 +67,8 @@ def test_shared_variables_are_placed_once_as_declared():
         [x], x * table + bias, mode=jax_gpu_mode(devices="cpu", shard={x: 0, "table": 0})
     )
     fn(np.ones(4))
-    # The function's own device copies (its thunk's input cells): the containers keep the host values.
+    # The function's own device copies (its thunk's input cells): the containers keep the host
+    # values.
     resident = {
         variable: cell[0]
         for variable, cell in zip(fn.maker.fgraph.inputs, fn.vm.inputs, strict=True)
@@ -140,7 +141,7 @@ def test_missing_devices_are_rejected():
 
 
 def test_conflicting_placement_arguments_are_rejected():
-    with pytest.raises(ValueError, match="either device= .* or devices="):
+    with pytest.raises(ValueError, match=r"either device= .* or devices="):
         jax_gpu_mode("cpu:0", devices="cpu")
     with pytest.raises(ValueError, match="pass devices= as well"):
         jax_gpu_mode(shard={"x": 0})
@@ -274,5 +275,5 @@ def test_catalogue_case_sharded_along_its_batch_axis_matches_one_device(case, ta
 )
 def test_mesh_of_all_gpus_without_a_gpu_is_rejected():
     x = pt.vector("x")
-    with pytest.raises(DeviceNotFoundError, match="'gpu'.*gpubackend\\[cuda13\\]"):
+    with pytest.raises(DeviceNotFoundError, match=r"'gpu'.*gpubackend\[cuda13\]"):
         pytensor.function([x], x * 2, mode=jax_gpu_mode(devices="gpu", shard={x: 0}))

@@ -20,8 +20,10 @@ from gpubackend import jax_gpu_mode
 HOST_VALUE_READERS = ["NUMBA", "FAST_COMPILE", "JAX", pytest.param(Mode(linker="cvm"), id="cvm")]
 JAX_ARRAY_READERS = ["FAST_COMPILE", "JAX", "JAX_GPU on another device"]
 NUMBA_READS_NO_JAX_ARRAY = (
-    "upstream: PyTensor's NUMBA linker hands a shared container's value to Numba as it is, and Numba cannot "
-    "type the jax.Array that a JAX update leaves there (stock mode='JAX' leaves one too); JAX_GPU does not copy "
+    "upstream: PyTensor's NUMBA linker hands a shared container's value to Numba as it is, and "
+    "Numba cannot "
+    "type the jax.Array that a JAX update leaves there (stock mode='JAX' leaves one too); JAX_GPU "
+    "does not copy "
     "each update back to the host, which would be a host sync per call"
 )
 

@@ -102,7 +102,8 @@ def _assert_same_values(
     assert len(ours) == len(stock)
     for position, (got, want, variable) in enumerate(zip(ours, stock, outputs, strict=True)):
         declared = variable.type.dtype
-        # Deliberate difference: outputs have their graph type's dtype even where stock's lowering returns another.
+        # Deliberate difference: outputs have their graph type's dtype even where stock's lowering
+        # returns another.
         if want.dtype != declared:
             want = want.astype(declared)
         assert got.dtype == want.dtype, (
@@ -127,7 +128,8 @@ def assert_superset(
     violated_assertion: str | None = None,
     tolerance: tuple[float, float] = (1e-7, 1e-9),
 ) -> str:
-    """Compare stock and ours on one graph; return how they relate ("same", "added" where only ours succeeds, ...).
+    """Compare stock and ours on one graph; return how they relate ("same", "added" where only ours
+    succeeds, ...).
 
     ``tolerance`` (rtol, atol) applies where only ours succeeds and is checked
     against PyTensor's Python backend (solvers differ there).
@@ -147,10 +149,8 @@ def assert_superset(
     if ours.error is not None:
         (our_type, our_message), (stock_type, stock_message) = ours.error, stock.error
         # The same refusal, or a more specific one (a subclass with its own message).
-        assert (
-            (our_type is stock_type
-            and our_message == stock_message)
-            or (issubclass(our_type, stock_type) and our_type is not stock_type)
+        assert (our_type is stock_type and our_message == stock_message) or (
+            issubclass(our_type, stock_type) and our_type is not stock_type
         ), context
         return "same" if our_type is stock_type else "refined"
     reference = _reference(inputs, outputs, values)
@@ -343,7 +343,8 @@ MASKS: dict[str, Callable] = {
 
 @st.composite
 def advanced_indexing_graphs(draw: st.DrawFn):
-    """Reads and writes through an index array or a boolean mask; one from the data has no JAX shape."""
+    """Reads and writes through an index array or a boolean mask; one from the data has no JAX
+    shape."""
     x = pt.vector("x")
     index = MASKS[draw(st.sampled_from(sorted(MASKS)))](x)
     if draw(st.booleans()):

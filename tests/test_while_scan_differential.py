@@ -1,4 +1,5 @@
-"""The while-Scan differential fuzzer (issue 18, item 6): generated and regression graphs against FAST_COMPILE.
+"""The while-Scan differential fuzzer (issue 18, item 6): generated and regression graphs against
+FAST_COMPILE.
 
 The rule (`gpubackend.conformance.differential`): a mode returns the reference's
 values, or raises its error type, or refuses by name (`DataDependentLengthError`);
@@ -16,7 +17,8 @@ import os
 
 import numpy as np
 
-# The jaxified path's: importing PyMC raises the recursion limit, which hypothesis warns about during a test.
+# The jaxified path's: importing PyMC raises the recursion limit, which hypothesis warns about
+# during a test.
 import pymc.sampling.jax  # noqa: F401
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -66,9 +68,13 @@ from gpubackend.errors import DataDependentLengthError
 
 JAX_DEVICE = os.environ.get(DEVICE_ENV_VAR, "cpu:1")
 JAX_PATHS = ("jax", "jax-registered", "jaxified")
-"""mode="JAX_GPU", stock mode="JAX" with gpubackend's registrations, jax.jit of PyMC's get_jaxified_graph."""
+"""mode="JAX_GPU", stock mode="JAX" with gpubackend's registrations, jax.jit of PyMC's
+get_jaxified_graph."""
 ACCEPTED = (PASS, CHECKED, REFUSED, UPSTREAM, NOT_APPLICABLE)
-IN_COMPUTATION = "INTERNAL: CpuCallback error calling callback: _EquinoxRuntimeError: {}: Subtensor{{i}}: index out of bounds"
+IN_COMPUTATION = (
+    "INTERNAL: CpuCallback error calling callback: _EquinoxRuntimeError: {}: "
+    "Subtensor{{i}}: index out of bounds"
+)
 
 
 def _assert_rule(spec: WhileGraphSpec, modes: list[tuple[str, str]]) -> None:
@@ -82,7 +88,8 @@ def _assert_rule(spec: WhileGraphSpec, modes: list[tuple[str, str]]) -> None:
     )
 
 
-# --- The quick budget: a few generated graphs, as `make test` runs them -----------------------------------
+# --- The quick budget: a few generated graphs, as `make test` runs them
+# -----------------------------------
 
 # Shrinking would re-run failing graphs many times over: a failure is reported as drawn.
 QUICK = settings(
@@ -109,13 +116,15 @@ def test_generated_while_scans_on_numba(spec: WhileGraphSpec) -> None:
     _assert_rule(spec, [("numba", "cpu")])
 
 
-# --- Regression graphs: issue 18's table, one class each --------------------------------------------------
+# --- Regression graphs: issue 18's table, one class each
+# --------------------------------------------------
 
 SIT_SOT = LoopSpec(bound=8)
 
 
 def regression(consumer: ConsumerSpec, loop: LoopSpec = SIT_SOT, **structure) -> WhileGraphSpec:
-    """A graph of the table: calls stopping at step 3, at the bound (8), at step 5, unless ``structure`` says."""
+    """A graph of the table: calls stopping at step 3, at the bound (8), at step 5, unless
+    ``structure`` says."""
     return WhileGraphSpec(loop, consumer, **{"stops": (3, 8, 5), **structure})
 
 
@@ -197,13 +206,15 @@ def test_regression_graph_is_exact_or_refused_by_name(name: str, mode: str) -> N
 
 
 def test_regression_graphs_are_their_classes_and_stop_early() -> None:
-    """Each regression graph is in the class its name gives, and a call stops early (the trace is trimmed)."""
+    """Each regression graph is in the class its name gives, and a call stops early (the trace is
+    trimmed)."""
     for name, spec in REGRESSIONS.items():
         assert case_class(spec) == name.split("-")[0], name
         assert min(spec.stops) < spec.loop.bound == max(spec.stops), name
 
 
-# --- Upstream PyTensor bugs: held as strict xfails, about the reference, not about gpubackend -----------------
+# --- Upstream PyTensor bugs: held as strict xfails, about the reference, not about gpubackend
+# -----------------
 
 UPSTREAM_GRAPHS = {
     "positive-index": regression(ConsumerSpec("index", position=5), stops=(6, 8, 3)),
@@ -216,14 +227,23 @@ UPSTREAM_GRAPHS = {
     ),
 }
 UPSTREAM_REASONS = {
-    "positive-index": "upstream: PyTensor's rewrites (scan_save_mem) translate a constant positive index of a "
-    "while-Scan trace as if the trace had n_steps entries: xs[5] of a 6-entry trace is another entry",
-    "negative-index-reads-initial-state": "upstream: xs[-7] of a 6-entry sit-sot trace reads the loop's initial "
-    "state (xs is the buffer's [1:], and the merged index is not checked against it), in FAST_COMPILE too",
-    "for-scan-past-sequence": "upstream: once PyTensor's rewrites drop the length check, a for-Scan with more "
-    "steps than its sequence has entries reads past the end instead of raising ValueError",
-    "negative-zeros": "upstream: zeros(length - 5).shape is computed without the allocation and comes back "
-    "negative for a shorter trace, in FAST_COMPILE too, where numpy raises ValueError",
+    "positive-index": (
+        "upstream: PyTensor's rewrites (scan_save_mem) translate a constant positive index of a "
+        "while-Scan trace as if the trace had n_steps entries: xs[5] of a 6-entry trace is "
+        "another entry"
+    ),
+    "negative-index-reads-initial-state": (
+        "upstream: xs[-7] of a 6-entry sit-sot trace reads the loop's initial state (xs is the "
+        "buffer's [1:], and the merged index is not checked against it), in FAST_COMPILE too"
+    ),
+    "for-scan-past-sequence": (
+        "upstream: once PyTensor's rewrites drop the length check, a for-Scan with more steps "
+        "than its sequence has entries reads past the end instead of raising ValueError"
+    ),
+    "negative-zeros": (
+        "upstream: zeros(length - 5).shape is computed without the allocation and comes back "
+        "negative for a shorter trace, in FAST_COMPILE too, where numpy raises ValueError"
+    ),
 }
 
 
@@ -235,7 +255,8 @@ UPSTREAM_REASONS = {
     ],
 )
 def test_pytensor_agrees_with_numpy(name: str) -> None:
-    """FAST_COMPILE and the FAST_RUN-rewritten graph (what every compiled mode runs) do what numpy does."""
+    """FAST_COMPILE and the FAST_RUN-rewritten graph (what every compiled mode runs) do what numpy
+    does."""
     oracles = observe_reference(UPSTREAM_GRAPHS[name])
     assert not oracles.invalid, oracles.invalid
     for index, expected in enumerate(oracles.truth):
@@ -248,7 +269,8 @@ def test_pytensor_agrees_with_numpy(name: str) -> None:
             assert same_outcome(outcome, expected), where
 
 
-# --- The generator: reproducible, every class, stops where it says -----------------------------------------
+# --- The generator: reproducible, every class, stops where it says
+# -----------------------------------------
 
 
 def test_draw_while_specs_is_reproducible_distinct_and_covers_every_numbered_class() -> None:
@@ -267,7 +289,8 @@ def test_call_inputs_stop_each_loop_where_the_spec_says() -> None:
             assert len(trace) == stop, spec
 
 
-# --- Verdicts ---------------------------------------------------------------------------------------------
+# --- Verdicts
+# ---------------------------------------------------------------------------------------------
 
 SPEC = WhileGraphSpec(SIT_SOT, ConsumerSpec("index", position=5), stops=(3, 8, 6))
 VALUE = Outcome.returned([np.float64(1.5)])
@@ -276,7 +299,8 @@ INDEX_ERROR = Outcome.raised(IndexError("index 5 is out of bounds"), "call")
 
 
 def _oracles_of(reference: Outcome, rewritten: Outcome | None = None, truth: Outcome | None = None):
-    """One call's oracles: FAST_COMPILE's outcome, the rewritten graph's (the same by default), numpy's (or none)."""
+    """One call's oracles: FAST_COMPILE's outcome, the rewritten graph's (the same by default),
+    numpy's (or none)."""
     return ReferenceObservation([reference], [rewritten or reference], [truth], ("float64",))
 
 
@@ -294,7 +318,8 @@ def _oracles_of(reference: Outcome, rewritten: Outcome | None = None, truth: Out
         (_oracles_of(VALUE), Outcome.returned([np.float32(1.5)]), SILENT_WRONG),
         (_oracles_of(INDEX_ERROR), VALUE, SILENT_WRONG),
         (_oracles_of(INDEX_ERROR), Outcome.raised(TypeError("shapes"), "call"), WRONG_ERROR),
-        # A check inside the computation comes out as JAX's runtime error, naming the reference's type or not.
+        # A check inside the computation comes out as JAX's runtime error, naming the reference's
+        # type or not.
         (
             _oracles_of(INDEX_ERROR),
             Outcome.raised(RuntimeError(IN_COMPUTATION.format("IndexError")), "call"),
@@ -318,7 +343,8 @@ def _oracles_of(reference: Outcome, rewritten: Outcome | None = None, truth: Out
         (_oracles_of(VALUE), Outcome.raised(TypeError("tracer"), "call"), RAW_ERROR),
         (_oracles_of(INDEX_ERROR), Outcome.raised(IndexError("tracer"), "compile"), PASS),
         (_oracles_of(VALUE), Outcome.raised(ValueError("tracer"), "compile"), RAW_ERROR),
-        # The rewritten graph returns another value: doing what it does is upstream, a third value is not.
+        # The rewritten graph returns another value: doing what it does is upstream, a third value
+        # is not.
         (_oracles_of(VALUE, OTHER_VALUE), OTHER_VALUE, UPSTREAM),
         (_oracles_of(VALUE, OTHER_VALUE), Outcome.returned([np.float64(9.0)]), SILENT_WRONG),
         # FAST_COMPILE returns a value where numpy raises: a mode doing either is fine.
@@ -348,7 +374,8 @@ def test_a_graph_takes_its_worst_calls_verdict_and_a_dead_worker_is_a_crash() ->
     assert verdict == Verdict(CRASH, "the worker process died: killed by SIGABRT")
 
 
-# --- Reports and the command line ----------------------------------------------------------------------
+# --- Reports and the command line
+# ----------------------------------------------------------------------
 
 
 def test_reports_count_per_class_and_mode_and_round_trip(tmp_path) -> None:

@@ -1,4 +1,5 @@
-"""Lowerings of PyTensor ops: `gpubackend.dispatch.jax` and `gpubackend.dispatch.numba`, one module per op family.
+"""Lowerings of PyTensor ops: `gpubackend.dispatch.jax` and `gpubackend.dispatch.numba`, one module
+per op family.
 
 Importing this package arranges for them to be registered as soon as PyTensor
 loads the registry (its JAX or Numba dispatch package), which it does when a

@@ -83,9 +83,14 @@ def on_scalars(inner: FunctionGraph) -> None:
         variable.owner is None for variable in inner.outputs
     ):
         return
-    if not all(isinstance(node.op, Elemwise | DeepCopyOp) and all(map(_is_0d, node.outputs)) for node in nodes):
+    if not all(
+        isinstance(node.op, Elemwise | DeepCopyOp) and all(map(_is_0d, node.outputs))
+        for node in nodes
+    ):
         return
-    scalars: dict[Variable, Variable] = {variable: scalar_from_tensor(variable) for variable in inner.inputs}
+    scalars: dict[Variable, Variable] = {
+        variable: scalar_from_tensor(variable) for variable in inner.inputs
+    }
 
     def scalar_of(variable: Variable) -> Variable:
         if isinstance(variable, Constant):
@@ -98,9 +103,12 @@ def on_scalars(inner: FunctionGraph) -> None:
             # A fresh array comes out of each conversion: nothing to break an alias with.
             scalars[inner_node.outputs[0]] = inputs[0]
             continue
-        scalars.update(zip(inner_node.outputs, inner_node.op.scalar_op.make_node(*inputs).outputs, strict=True))
+        scalars.update(
+            zip(inner_node.outputs, inner_node.op.scalar_op.make_node(*inputs).outputs, strict=True)
+        )
     inner.replace_all(
-        [(output, tensor_from_scalar(scalars[output])) for output in inner.outputs], reason="optimize_inner_graph_on_scalars"
+        [(output, tensor_from_scalar(scalars[output])) for output in inner.outputs],
+        reason="optimize_inner_graph_on_scalars",
     )
 
 
@@ -119,7 +127,9 @@ def introduce_core_shape_optimize_blockwise(fgraph, node):
     x = node.inputs[0]
     core_ndim = core_op.inner_inputs[0].type.ndim
     x_core_dims = [x.shape[x.type.ndim - core_ndim + i] for i in range(core_ndim)]
-    solution_core_shape = as_tensor(x_core_dims, dtype="int64") if x_core_dims else constant([], dtype="int64")
+    solution_core_shape = (
+        as_tensor(x_core_dims, dtype="int64") if x_core_dims else constant([], dtype="int64")
+    )
     success_core_shape = constant([], dtype="int64")
     return BlockwiseWithCoreShape(
         [*node.inputs, solution_core_shape, success_core_shape],

@@ -1,4 +1,5 @@
-"""One source for scipy's optimize methods, options and defaults, shared by the JAX and Numba lowerings.
+"""One source for scipy's optimize methods, options and defaults, shared by the JAX and Numba
+lowerings.
 
 PyTensor's optimize ops (`MinimizeOp`, `RootOp`, `MinimizeScalarOp`,
 `RootScalarOp`) name a scipy method and carry scipy keyword arguments.

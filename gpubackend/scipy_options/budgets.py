@@ -14,5 +14,5 @@ def minimize_maxiter(maxiter: int, n: int) -> int:
 
 
 def minpack_maxfev(maxfev: int, n: int) -> int:
-    """``maxfev``, or MINPACK's ``100 * (n + 1)`` (with a Jacobian) where it is `MINPACK_DEFAULT`."""
+    """``maxfev``; where it is `MINPACK_DEFAULT`, MINPACK's ``100 * (n + 1)`` (with a Jacobian)."""
     return 100 * (n + 1) if maxfev == MINPACK_DEFAULT else maxfev

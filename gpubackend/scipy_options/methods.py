@@ -41,7 +41,8 @@ class NumbaSupport:
 
 @dataclass(frozen=True)
 class ScipyMethod:
-    """One scipy method: its documented spelling, scipy's defaults, and the options scipy's ``tol`` sets."""
+    """One scipy method: its documented spelling, scipy's defaults, and the options scipy's ``tol``
+    sets."""
 
     name: str
     defaults: NamedTuple

@@ -44,7 +44,8 @@ class ResolvedOptions:
         """Raise `UnsupportedOption` if the caller set an option ``backend`` does not honour."""
         if ignored := sorted(self.given - honoured):
             raise UnsupportedOption(
-                f"{self.kind}(method={self.method.name!r}): options {ignored} are not supported by the "
+                f"{self.kind}(method={self.method.name!r}): options {ignored} are not supported by "
+                f"the "
                 f"{backend}; supported are {sorted(honoured)}"
             )
 
@@ -55,7 +56,8 @@ def op_options(op: ScipyWrapperOp) -> OpOptions:
         return OP_OPTIONS[type(op)]
     except KeyError:
         raise TypeError(
-            f"expected one of PyTensor's optimize ops {sorted(t.__name__ for t in OP_OPTIONS)}, got {op}"
+            f"expected one of PyTensor's optimize ops {sorted(t.__name__ for t in OP_OPTIONS)}, "
+            f"got {op}"
         ) from None
 
 
@@ -113,7 +115,8 @@ def _given_options(
             options.top_level | {"options"} | ({"tol"} if options.takes_tol else set())
         )
         raise UnsupportedOption(
-            f"{options.kind}(method={method.name!r}): keyword arguments {unknown} are not supported; "
+            f"{options.kind}(method={method.name!r}): keyword arguments {unknown} are not "
+            f"supported; "
             f"expected some of {expected}"
         )
     for key in options.top_level & set(kwargs):
@@ -159,5 +162,5 @@ def _box_bounds(where: str, bounds: Any) -> tuple[tuple[float, ...], tuple[float
         ) from error
     if not pairs:
         raise ValueError(f"{where} is empty; give one (lower, upper) pair per element of x")
-    lower, upper = zip(*pairs, strict=True)
-    return tuple(lower), tuple(upper)
+    lowers, uppers = zip(*pairs, strict=True)
+    return tuple(lowers), tuple(uppers)

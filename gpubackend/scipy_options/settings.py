@@ -22,7 +22,8 @@ SIZE_DEPENDENT = -1
 """``maxiter`` of a minimize method left at scipy's default ``200 * len(x0)`` (scipy: ``None``)."""
 
 MINPACK_DEFAULT = 0
-"""``maxfev`` (hybr) or ``maxiter`` (lm) left at MINPACK's default ``100 * (n + 1)``; scipy's own 0."""
+"""``maxfev`` (hybr) or ``maxiter`` (lm) left at MINPACK's default ``100 * (n + 1)``; scipy's own 0.
+"""
 
 _EPS = float(np.finfo(np.float64).eps)
 SQRT_EPS = float(np.sqrt(_EPS))
@@ -30,7 +31,8 @@ MINPACK_XTOL = 1.49012e-08
 
 
 class LineSearchSettings(NamedTuple):
-    """``minimize(method="BFGS" | "CG")``: stop when ``max|grad| <= gtol``; BFGS also when a step is below ``xrtol``.
+    """``minimize(method="BFGS" | "CG")``: stop when ``max|grad| <= gtol``; BFGS also when a step is
+    below ``xrtol``.
 
     CG takes no ``xrtol`` (scipy's CG has no such test): it stays 0.
     """
@@ -44,7 +46,8 @@ class LineSearchSettings(NamedTuple):
 
 
 class LBFGSBSettings(NamedTuple):
-    """``minimize(method="L-BFGS-B")``; ``bounds`` is ``(lower, upper)``, one entry per element of x or one for all."""
+    """``minimize(method="L-BFGS-B")``; ``bounds`` is ``(lower, upper)``, one entry per element of x
+    or one for all."""
 
     maxcor: int = 10
     ftol: float = 2.2204460492503131e-09
@@ -56,7 +59,8 @@ class LBFGSBSettings(NamedTuple):
 
 
 class NewtonCGSettings(NamedTuple):
-    """``minimize(method="Newton-CG")``: stop when the 1-norm of the last update is at most ``xtol``."""
+    """``minimize(method="Newton-CG")``: stop when the 1-norm of the last update is at most
+    ``xtol``."""
 
     xtol: float = 1e-5
     maxiter: int = SIZE_DEPENDENT
@@ -83,7 +87,8 @@ class HybrSettings(NamedTuple):
 
 
 class LMSettings(NamedTuple):
-    """``root(method="lm")`` (MINPACK lmder): scipy's ``maxiter`` counts evaluations (MINPACK's maxfev)."""
+    """``root(method="lm")`` (MINPACK lmder): scipy's ``maxiter`` counts evaluations (MINPACK's
+    maxfev)."""
 
     xtol: float = MINPACK_XTOL
     ftol: float = MINPACK_XTOL
@@ -93,28 +98,32 @@ class LMSettings(NamedTuple):
 
 
 class NewtonRootSettings(NamedTuple):
-    """``root(method="newton")``, gpubackend's own: full Newton steps until one is at most ``xtol * (1 + |x|)``."""
+    """``root(method="newton")``, gpubackend's own: full Newton steps until one is at most
+    ``xtol * (1 + |x|)``."""
 
     xtol: float = MINPACK_XTOL
     maxiter: int = 50
 
 
 class BracketMinimizeSettings(NamedTuple):
-    """``minimize_scalar(method="brent" | "golden")``: relative tolerance ``xtol`` on the bracketed minimum."""
+    """``minimize_scalar(method="brent" | "golden")``: relative tolerance ``xtol`` on the bracketed
+    minimum."""
 
     xtol: float
     maxiter: int
 
 
 class BoundedMinimizeSettings(NamedTuple):
-    """``minimize_scalar(method="bounded")``: absolute tolerance ``xatol``; ``maxiter`` counts evaluations."""
+    """``minimize_scalar(method="bounded")``: absolute tolerance ``xatol``; ``maxiter`` counts
+    evaluations."""
 
     xatol: float = 1e-5
     maxiter: int = 500
 
 
 class RootScalarSettings(NamedTuple):
-    """``root_scalar``: stop when a step or bracket is at most ``xtol + rtol * |x|``; at most ``maxiter`` iterations."""
+    """``root_scalar``: stop when a step or bracket is at most ``xtol + rtol * |x|``; at most
+    ``maxiter`` iterations."""
 
     xtol: float
     rtol: float
@@ -122,7 +131,8 @@ class RootScalarSettings(NamedTuple):
 
 
 class SecantSettings(NamedTuple):
-    """``root_scalar(method="secant")``; ``x1`` NaN stands for scipy's default second point next to ``x0``."""
+    """``root_scalar(method="secant")``; ``x1`` NaN stands for scipy's default second point next to
+    ``x0``."""
 
     xtol: float = 1.48e-8
     rtol: float = 0.0

@@ -1,4 +1,5 @@
-"""gpubackend's ``jax_funcify`` lowerings, one module per op family, as in ``pytensor/link/jax/dispatch/``.
+"""gpubackend's ``jax_funcify`` lowerings, one module per op family, as in
+``pytensor/link/jax/dispatch/``.
 
 Importing this package imports no module of it (and so not jax):
 `register_lowerings` does, once PyTensor has loaded its JAX dispatch.

@@ -47,16 +47,21 @@ class LoweringContext:
     afresh on every call."""
 
     jax_differentiable: bool = True
-    """JAX may differentiate the lowered function. JAX_GPU's never is: PyTensor's gradients are graphs of their own."""
+    """JAX may differentiate the lowered function. JAX_GPU's never is: PyTensor's gradients are
+    graphs of their own."""
 
     ofg_functions: dict[Any, Callable] = field(default_factory=dict, compare=False, repr=False)
     """One function per distinct OpFromGraph op within this lowering."""
 
     def for_inner_graphs(self) -> LoweringContext:
-        """The context of the graphs inside this one: same function, same cache, nothing read back."""
+        """The context of the graphs inside this one.
+
+        Same function, same cache, nothing read back.
+        """
         return replace(self, read_back=None, nested=True, split_ladder=False)
 
 
 def lowering_context(kwargs: dict[str, Any]) -> LoweringContext:
-    """The context in a lowering's keyword arguments; a default one, stored there, at the top of a stock linker's lowering."""
+    """The context in a lowering's keyword arguments; a default one, stored there, at the top of a
+    stock linker's lowering."""
     return kwargs.setdefault(CONTEXT_KEYWORD, LoweringContext())

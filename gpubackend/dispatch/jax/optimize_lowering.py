@@ -1,4 +1,5 @@
-"""JAX lowering of PyTensor's optimize ops (minimize, root, minimize_scalar, root_scalar) onto optimistix.
+"""JAX lowering of PyTensor's optimize ops (minimize, root, minimize_scalar, root_scalar) onto
+optimistix.
 
 Each op's frozen inner graph is funcified once; its first output is the
 objective (or equations) handed to optimistix, which differentiates it with
@@ -105,7 +106,8 @@ def _bounds_by_name(
 
 
 def _search_interval(objective: Objective, bounds: dict, args: tuple, max_steps: int):
-    """``(lower, upper, found)`` around the minimum, from bounds, a 3-point bracket, or a downhill search."""
+    """``(lower, upper, found)`` around the minimum, from bounds, a 3-point bracket, or a downhill
+    search."""
     if "bounds" in bounds:
         lower, upper = bounds["bounds"][0], bounds["bounds"][1]
         return lower, upper, jnp.array(True)

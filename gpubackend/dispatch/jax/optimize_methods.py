@@ -68,18 +68,10 @@ class ScipyIterations(optx.AbstractMinimiser):
 
     solver: optx.AbstractMinimiser
     max_iterations: int = eqx.field(static=True)
-
-    @property
-    def rtol(self):
-        return self.solver.rtol
-
-    @property
-    def atol(self):
-        return self.solver.atol
-
-    @property
-    def norm(self):
-        return self.solver.norm
+    # The wrapped solver's own tolerances and norm, which optimistix reads off any minimiser.
+    rtol: float
+    atol: float
+    norm: Callable
 
     def init(self, fn, y, args, options, f_struct, aux_struct, tags):
         return self.solver.init(fn, y, args, options, f_struct, aux_struct, tags), jnp.array(0)
@@ -117,11 +109,19 @@ def _floored(dtype: str, rtol: float, atol: float) -> tuple[float, float]:
 def _iterations(
     solver: optx.AbstractMinimiser, maxiter: int, max_evaluations: int | None = None
 ) -> SolverChoice:
-    """A minimiser stopped after ``maxiter`` scipy iterations (and ``max_evaluations`` trial points, if given)."""
+    """A minimiser stopped after ``maxiter`` scipy iterations (and ``max_evaluations`` trial points,
+    if given)."""
     max_steps = EVALUATIONS_PER_ITERATION * (maxiter + 1)
     if max_evaluations is not None:
         max_steps = min(max_steps, max_evaluations)
-    return SolverChoice(ScipyIterations(solver, maxiter), max_steps)
+    wrapped = ScipyIterations(
+        solver=solver,
+        max_iterations=maxiter,
+        rtol=solver.rtol,
+        atol=solver.atol,
+        norm=solver.norm,
+    )
+    return SolverChoice(wrapped, max_steps)
 
 
 # optimistix has no gradient-norm test: a gradient method's ``gtol`` becomes the
@@ -134,14 +134,18 @@ def _bfgs(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
 
 
 def _cg(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
-    solver = optx.NonlinearCG(*_floored(dtype, settings.gtol, settings.gtol))
+    solver: optx.AbstractMinimiser = optx.NonlinearCG(
+        *_floored(dtype, settings.gtol, settings.gtol)
+    )
     return _iterations(solver, minimize_maxiter(settings.maxiter, n))
 
 
 def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:
     # scipy stops on a small relative decrease of f (ftol) or a small gradient (gtol).
     rtol, atol = _floored(dtype, settings.ftol, settings.gtol)
-    solver = optx.LBFGS(rtol=rtol, atol=atol, history_length=settings.maxcor)
+    solver: optx.AbstractMinimiser = optx.LBFGS(
+        rtol=rtol, atol=atol, history_length=settings.maxcor
+    )
     return _iterations(solver, settings.maxiter, settings.maxfun)
 
 
@@ -153,12 +157,16 @@ def _hybr(settings: s.HybrSettings, n: int, dtype: str) -> SolverChoice:
 
 
 def _lm(settings: s.LMSettings, n: int, dtype: str) -> SolverChoice:
-    solver = optx.LevenbergMarquardt(*_floored(dtype, settings.xtol, settings.ftol))
+    solver: optx.AbstractLeastSquaresSolver = optx.LevenbergMarquardt(
+        *_floored(dtype, settings.xtol, settings.ftol)
+    )
     return SolverChoice(solver, minpack_maxfev(settings.maxiter, n))
 
 
 def _golden_search(tolerance: float, maxiter: int, dtype: str) -> SolverChoice:
-    return SolverChoice(optx.GoldenSearch(*_floored(dtype, tolerance, tolerance * 1e-3)), maxiter)
+    rtol, atol = _floored(dtype, tolerance, tolerance * 1e-3)
+    # ``norm`` is a ClassVar of the scalar solvers; mypy reads the parent's abstract field.
+    return SolverChoice(optx.GoldenSearch(rtol=rtol, atol=atol), maxiter)  # type: ignore[call-arg]
 
 
 def _bracket_minimize(settings: s.BracketMinimizeSettings, n: int, dtype: str) -> SolverChoice:
@@ -173,7 +181,8 @@ def _bisection(settings: s.RootScalarSettings, n: int, dtype: str) -> SolverChoi
     # The lowering orients the equation so that it rises across the bracket:
     # optimistix's own sign detection raises inside the compiled function.
     rtol, atol = _floored(dtype, settings.rtol, settings.xtol)
-    return SolverChoice(optx.Bisection(rtol=rtol, atol=atol, flip=False), settings.maxiter)
+    bisection: optx.AbstractRootFinder = optx.Bisection(rtol=rtol, atol=atol, flip=False)  # type: ignore[call-arg]
+    return SolverChoice(bisection, settings.maxiter)
 
 
 def _newton(settings: s.RootScalarSettings | s.SecantSettings, n: int, dtype: str) -> SolverChoice:
@@ -182,7 +191,8 @@ def _newton(settings: s.RootScalarSettings | s.SecantSettings, n: int, dtype: st
 
 
 SolverBuilder = Callable[[Any, int, str], SolverChoice]
-"""The optimistix solver and budget for a method's settings, the number of variables and the dtype."""
+"""The optimistix solver and budget for a method's settings, the number of variables and the dtype.
+"""
 
 JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "bfgs"): _bfgs,
@@ -199,7 +209,8 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
         if method.jax is not None
     },
 }
-"""How each method that the table (`gpubackend.scipy_options.methods`) marks for JAX runs on optimistix."""
+"""How each method that the table (`gpubackend.scipy_options.methods`) marks for JAX runs on
+optimistix."""
 
 
 def _jax_support(op: ScipyWrapperOp) -> tuple[JaxSupport, SolverBuilder]:
@@ -215,7 +226,8 @@ def _jax_support(op: ScipyWrapperOp) -> tuple[JaxSupport, SolverBuilder]:
 
 
 def solver_for_size(op: ScipyWrapperOp, dtype: str) -> Callable[[int], SolverChoice]:
-    """``op``'s options, resolved and checked once; the result gives the solver and budget for an ``x`` of a given size.
+    """``op``'s options, resolved and checked once; the result gives the solver and budget for an
+    ``x`` of a given size.
 
     scipy's budgets depend on the number of variables, known only when the
     lowering is traced. Raises `NotImplementedError` for a method or a set
@@ -229,5 +241,6 @@ def solver_for_size(op: ScipyWrapperOp, dtype: str) -> Callable[[int], SolverCho
 
 
 def solver_choice(op: ScipyWrapperOp, n_variables: int, dtype: str) -> SolverChoice:
-    """The optimistix solver and budget for ``op``, whose ``x`` has ``n_variables`` elements of ``dtype``."""
+    """The optimistix solver and budget for ``op``, whose ``x`` has ``n_variables`` elements of
+    ``dtype``."""
     return solver_for_size(op, dtype)(n_variables)

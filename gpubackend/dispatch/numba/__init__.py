@@ -1,4 +1,5 @@
-"""gpubackend's ``numba_funcify`` lowerings, one module per op family, as in ``pytensor/link/numba/dispatch/``.
+"""gpubackend's ``numba_funcify`` lowerings, one module per op family, as in
+``pytensor/link/numba/dispatch/``.
 
 Importing this package imports no module of it (and so not numba):
 `register_lowerings` does, once PyTensor has loaded its Numba dispatch.

@@ -3,7 +3,8 @@
 `MinimizeOp`, `RootOp`, `MinimizeScalarOp` and `RootScalarOp` run scipy in
 Numba object mode under stock PyTensor. Here each op's frozen inner graph
 (already optimized and inplace-baked by `gpubackend.rewrites.numba`)
-is funcified as is (a scalar problem's single scalar op on floats, `scalar_core`) and handed to a solver from `gpubackend.solvers` inside one
+is funcified as is (a scalar problem's single scalar op on floats, `scalar_core`) and handed to a
+solver from `gpubackend.solvers` inside one
 jitted function, so the objective is compiled into the solver. Each lowering
 carries a cache key (the inner graph's key, the solver and its settings), so
 PyTensor's on-disk Numba cache serves later processes.
@@ -119,7 +120,8 @@ def _bind_inputs(
     passed = [f"{name}.item()" for name in arg_names] if scalar_args else arg_names
     args_tuple = f"({', '.join(passed)}{',' if n_args else ''})"
     name = f"{type(op).__name__.lower()}_{re.sub(r'[^0-9a-z]', '_', op.method.lower())}"
-    src = f"def {name}({', '.join(['x0', *arg_names, *bound_names])}):\n    return run(x0, {args_tuple}, {interval})\n"
+    signature = ", ".join(["x0", *arg_names, *bound_names])
+    src = f"def {name}({signature}):\n    return run(x0, {args_tuple}, {interval})\n"
     return numba_njit(
         compile_numba_function_src(
             src, name, {"run": run, "NO_INTERVAL": np.empty(0, dtype=np.float64)}
@@ -152,7 +154,8 @@ def _scalar_runner(solve: Callable, settings: NamedTuple, dtype: str) -> Callabl
 
 
 def _interval_name(op: ScipyWrapperOp) -> str | None:
-    """The bound input a scalar solver gets as its interval (scipy's ``bounds`` or ``bracket``); None for vector ops."""
+    """The bound input a scalar solver gets as its interval (scipy's ``bounds`` or ``bracket``);
+    None for vector ops."""
     if isinstance(op, ScipyScalarWrapperOp):
         return scipy_method(op).needs_input or "bracket"
     return None

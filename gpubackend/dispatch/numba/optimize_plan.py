@@ -19,6 +19,7 @@ from pytensor.tensor.optimize import (
 )
 
 from gpubackend.scipy_options import OP_OPTIONS, UnsupportedMethod, UnsupportedOption, resolve
+from gpubackend.scipy_options.settings import LineSearchSettings
 
 
 class NoNativeSolver(Exception):
@@ -61,7 +62,8 @@ def solver_plan(op: ScipyWrapperOp) -> SolverPlan:
         )
     except UnsupportedOption as reason:
         raise NoNativeSolver(str(reason)) from None
-    if key == "bfgs" and resolved.settings.norm != np.inf:
+    settings = resolved.settings
+    if isinstance(settings, LineSearchSettings) and key == "bfgs" and settings.norm != np.inf:
         raise NoNativeSolver("BFGS is native only with norm=inf")
     if isinstance(op, RootScalarOp) and key == "newton" and not op.jac:
         # Without a derivative output scipy runs Newton on a forward difference; so do we.

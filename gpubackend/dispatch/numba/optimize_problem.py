@@ -36,7 +36,8 @@ def scalar_to_inner(dtype: str) -> Callable:
 
 
 def scalar_to_float(dtype: str) -> Callable:
-    """float solver value -> the scalar ``x`` of ``dtype`` of an inner graph lowered on floats (`scalar_core`)."""
+    """float solver value -> the scalar ``x`` of ``dtype`` of an inner graph lowered on floats
+    (`scalar_core`)."""
     scalar_type = np.dtype(dtype).type
     return numba_njit(lambda x: scalar_type(x))
 
@@ -128,7 +129,7 @@ def scalar_value_and_forward_difference(inner: Callable, to_inner: Callable) -> 
 
 
 def value_gradient_and_hessian(inner: Callable, to_inner: Callable) -> Callable:
-    """``fun(x, args) -> (f, grad, hess)`` from an inner graph returning (objective, grad, hessian)."""
+    """``fun(x, args) -> (f, grad, hess)`` from an inner graph returning those three."""
 
     @numba_njit
     def fun(x, args):

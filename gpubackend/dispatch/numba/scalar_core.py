@@ -1,4 +1,5 @@
-"""A scalar problem's inner graph as one Numba function on floats, where it is one scalar op between conversions.
+"""A scalar problem's inner graph as one Numba function on floats, where it is one scalar op between
+conversions.
 
 `gpubackend.rewrites.numba.on_scalars` moves a scalar problem's 0-d Elemwise
 work onto PyTensor's scalar ops at compile time, and fusion has made it one
@@ -32,7 +33,8 @@ def _core_node(fgraph) -> Apply | None:
 
 
 def scalar_core(fgraph) -> Callable | None:
-    """``inner(*scalar_inputs) -> tuple of scalar outputs``, in the graph's order; None for any other graph."""
+    """``inner(*scalar_inputs) -> tuple of scalar outputs``, in the graph's order; None for any
+    other graph."""
     core = _core_node(fgraph)
     if core is None:
         return None
