@@ -83,19 +83,7 @@ another trace or with an input vector; ``set_subtensor``/``inc_subtensor`` at an
 ``set_subtensor(xs[1:], v)``; an ``Assert`` or ``CheckAndRaise`` on ``xs.shape[0]``;
 ``zeros(xs.shape[0] - c)``; ``cumsum``; the trace itself; its shape; a gradient of a scalar read
 through the loop."""
-ARRAY_CONSUMERS = (
-    "slice",
-    "step_input",
-    "drop_last",
-    "with_trace",
-    "with_vector",
-    "set_index",
-    "set_slice",
-    "check_length",
-    "zeros",
-    "cumsum",
-    "trace",
-)
+ARRAY_CONSUMERS = tuple(c for c in CONSUMERS if c not in {"reduce", "index", "shape", "grad"})
 """Consumers whose result is an array, which ``summed`` turns into a scalar of static shape."""
 BOOL_CONSUMERS = (
     "reduce",
