@@ -32,7 +32,7 @@ CASES = (
     "minimize_blockwise",
     "lazy_ifelse",
 )
-"""Conformance catalogue graphs: inner graphs of every kind, so the registry's selectors run a lot."""
+"""Catalogue graphs with inner graphs of every kind, so the registry's selectors run a lot."""
 
 CHILD = textwrap.dedent(
     """
