@@ -186,10 +186,12 @@ class JAXGPULinker(DispatchingJAXLinker):
         if plan is None:
             # The graph's plain function: nothing to read back.
             return jitted(fn, self.scalar_shape_inputs, updated)
-        # ``fn(step_counts, *inputs)``, step counts static.
-        # A graph specialised on step counts may run twice on the same inputs: it donates nothing.
+        # ``fn(step_counts, *inputs)``, step counts static. It donates nothing where a call may
+        # need its inputs after the computation ran: a graph specialised on step counts may run
+        # twice on them, and where a check read back fails the reference applies no update, so
+        # the shared variables must keep their buffers.
         static = (0, *_shifted(self.scalar_shape_inputs, 1))
-        donated = () if plan.n_specialised else _shifted(updated, 1)
+        donated = () if plan.n_specialised or plan.checks else _shifted(updated, 1)
         if plan.continuation is None:
             return HostReadingFunction(jitted(fn, static, donated), plan)
         # The continuation takes (outputs, reads, overflow, *inputs), donating what the graph would.

@@ -255,6 +255,25 @@ def test_a_check_on_the_data_after_a_while_scan_runs_at_run_time(mode):
             np.asarray(fn(*far))
 
 
+def test_a_call_whose_check_fails_leaves_the_shared_variables_as_they_were():
+    """As in the reference, a failed check applies no update. JAX_GPU reads a check back after
+    the computation ran, so a graph with one must not donate an updated variable's buffer: the
+    next call would find it deleted."""
+    inputs, checked = _checked_newton(3)
+    calls = pytensor.shared(np.float64(0.0), name="calls")
+    outputs = checked.sum() + calls
+    near, far = [np.full(3, 1.0), np.full(3, 1.21)], [np.full(3, 1.0), np.full(3, 400.0)]
+    results = {}
+    for mode in ("JAX_GPU", "FAST_COMPILE"):
+        calls.set_value(np.float64(0.0))
+        fn = pytensor.function(inputs, outputs, mode=mode, updates={calls: calls + 1})
+        first = float(np.asarray(fn(*near)))
+        with pytest.raises(NotConverged):
+            fn(*far)
+        results[mode] = (first, float(np.asarray(fn(*near))))
+    assert results["JAX_GPU"] == pytest.approx(results["FAST_COMPILE"])
+
+
 @pytest.mark.parametrize("mode", JAX_MODES)
 def test_a_boolean_mask_from_the_data_in_a_while_scan_is_refused_by_name(mode):
     """PyMC's rejection sampling writes ``x[reject] = draw[reject]``: a data-dependent selection JAX

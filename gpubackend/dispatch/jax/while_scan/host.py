@@ -59,7 +59,8 @@ class HostReadPlan:
     """
 
     checks: tuple[RuntimeCheck, ...] = ()
-    """What each nonzero error code raises."""
+    """What each nonzero error code raises (a graph with checks donates nothing: a failed one must
+    leave the shared variables as they were)."""
     run_time_lengths: tuple[int, ...] = ()
     """Positions of the outputs returned at the size of their buffer, to cut to the lengths read."""
     n_specialised: int = 0
