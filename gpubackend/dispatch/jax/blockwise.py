@@ -6,8 +6,11 @@ such as a scan's length or a buffer size then becomes a tracer inside the
 vmapped core function, and the core lowering can no longer use it as a shape.
 Inputs that have batch dimensions, all statically 1 (``vectorize_graph`` turns
 a scalar length into such a ``(1,)`` vector), are instead reduced to their core
-value, with numpy when the value is concrete, and closed over; so a concrete
-length stays concrete. Only truly batched inputs are vectorised (vmap), and the
+value and closed over. A concrete value is reduced while tracing
+(``jax.ensure_compile_time_eval``) and stays a concrete ``jax.Array``: a length
+can still be a shape, and an array can still be indexed by the core's batched
+(traced) indices, which a numpy array cannot (numpy would call ``__array__`` on
+the tracer). Only truly batched inputs are vectorised (vmap), and the
 outputs get back the leading length-1 batch dimensions that broadcasting with
 the unbatched inputs gives them. A node with no such input is the stock
 lowering's.
@@ -19,7 +22,6 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.blockwise import Blockwise
 
@@ -36,7 +38,10 @@ def _signature(inputs_sig, outputs_sig) -> str:
 def _core_value(value, batch_ndim: int):
     """``value`` without its (length-1) batch dimensions, kept concrete when it is."""
     index = (0,) * batch_ndim
-    return value[index] if isinstance(value, jax.core.Tracer) else np.asarray(value)[index]
+    if isinstance(value, jax.core.Tracer):
+        return value[index]
+    with jax.ensure_compile_time_eval():
+        return jnp.asarray(value)[index]
 
 
 def _with_batch_ndim(value, batch_ndim: int, core_ndim: int):
