@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.link.basic import Container
@@ -14,6 +14,11 @@ from gpubackend.registration import Lowerings, using_lowerings
 
 if TYPE_CHECKING:
     from gpubackend.placement import DevicesSpec, ShardSpec
+
+OutputKind = Literal["device", "numpy"]
+"""What a JAX_GPU call returns: ``jax.Array``s on the device, or numpy (README, "Where data lives
+under JAX_GPU")."""
+OUTPUT_KINDS: tuple[str, ...] = get_args(OutputKind)
 
 # jax and the modules built on it (placement, device_inputs) are imported when a
 # function is first linked, as PyTensor's own JAXLinker does: `import gpubackend`
@@ -71,7 +76,8 @@ class JAXGPULinker(DispatchingJAXLinker):
       own copy (`ResidentSharedCell`): their containers keep the host values
       that every other function compiled with them reads;
     - buffers of updated shared variables are donated, so XLA updates in place;
-    - outputs are committed to the device;
+    - outputs are committed to the device, and with ``outputs="numpy"`` returned
+      as numpy, copied to the host once per call (updates stay on the device);
     - an output whose length is a while-Scan's step count gets it, and a
       run-time check raises the reference's error: the call reads what only
       the data settle in one explicit read (`HostReadingFunction`); a
@@ -84,8 +90,13 @@ class JAXGPULinker(DispatchingJAXLinker):
         *,
         devices: DevicesSpec | None = None,
         shard: ShardSpec | None = None,
+        outputs: OutputKind = "device",
         **kwargs: Any,
     ):
+        if outputs not in OUTPUT_KINDS:
+            raise ValueError(
+                f"outputs={outputs!r}: expected one of {', '.join(map(repr, OUTPUT_KINDS))}."
+            )
         if device is not None and devices is not None:
             raise ValueError("Pass either device= (one device) or devices= (a mesh), not both.")
         if shard and devices is None:
@@ -94,6 +105,7 @@ class JAXGPULinker(DispatchingJAXLinker):
         self.device_spec = device
         self.devices_spec = devices
         self.shard = dict(shard or {})
+        self.outputs = outputs
         super().__init__("gpubackend", **kwargs)
 
     def make_all(self, input_storage=None, output_storage=None, storage_map=None):
@@ -170,15 +182,38 @@ class JAXGPULinker(DispatchingJAXLinker):
     def jit_compile(self, fn):
         import jax
 
-        from gpubackend.dispatch.jax.while_scan.host import HostReadingFunction, SplitLadder
+        input_shardings = self.placement.input_shardings
 
-        def jitted(graph_fn, static_argnums: tuple[int, ...], donate_argnums: tuple[int, ...] = ()):
+        def jitted(
+            graph_fn,
+            static_argnums: tuple[int, ...],
+            donate_argnums: tuple[int, ...] = (),
+            *,
+            leading: int | None = 0,
+        ):
+            # Host (numpy) inputs reach the executable through jit's own dispatch, committed to
+            # the inputs' shardings (`DeviceResidentInput` leaves them on the host). ``leading``
+            # counts the (static) arguments before the graph's inputs; None leaves every
+            # placement to jit (a continuation, whose leading arguments are already placed).
+            placed: dict[str, Any] = {}
+            if leading is not None:
+                placed["in_shardings"] = tuple(
+                    sharding
+                    for position, sharding in enumerate(input_shardings)
+                    if position + leading not in static_argnums
+                )
             return jax.jit(
                 graph_fn,
                 static_argnums=static_argnums,
                 donate_argnums=donate_argnums,
                 out_shardings=self.placement.output_sharding,
+                **placed,
             )
+
+        return self._outputs_to_host(self._jit_graph(fn, jitted))
+
+    def _jit_graph(self, fn, jitted):
+        from gpubackend.dispatch.jax.while_scan.host import HostReadingFunction, SplitLadder
 
         shared_updates = set(self.fgraph.update_mapping.values())
         updated = tuple(sorted(shared_updates - set(self.scalar_shape_inputs)))
@@ -193,16 +228,62 @@ class JAXGPULinker(DispatchingJAXLinker):
         static = (0, *_shifted(self.scalar_shape_inputs, 1))
         donated = () if plan.n_specialised or plan.checks else _shifted(updated, 1)
         if plan.continuation is None:
-            return HostReadingFunction(jitted(fn, static, donated), plan)
+            return HostReadingFunction(jitted(fn, static, donated, leading=1), plan)
         # The continuation takes (outputs, reads, overflow, *inputs), donating what the graph would.
-        higher = jitted(plan.continuation, _shifted(static[1:], 2), _shifted(donated, 2))
-        ladder = SplitLadder(jitted(fn, static), jitted(fn, static, donated), higher)
+        higher = jitted(
+            plan.continuation, _shifted(static[1:], 2), _shifted(donated, 2), leading=None
+        )
+        ladder = SplitLadder(
+            jitted(fn, static, leading=1), jitted(fn, static, donated, leading=1), higher
+        )
         return HostReadingFunction(ladder, plan)
 
+    def _outputs_to_host(self, call):
+        """With ``outputs="numpy"``, the call returns numpy: one device-to-host copy per output.
+
+        The outputs that update shared variables stay on the device (they are the
+        variables' next values, donated by the next call). On a GPU every copy is
+        started before the first is waited for, so the outputs travel together.
+        """
+        if self.outputs == "device":
+            return call
+        import numpy as np
+
+        updates = frozenset(self.fgraph.update_mapping)
+        returned = tuple(
+            position for position in range(len(self.fgraph.outputs)) if position not in updates
+        )
+        if not returned:
+            return call
+        # On the host platform np.asarray is a view of the buffer: nothing to start early.
+        start_copies = self.placement.platform != "cpu" and len(returned) > 1
+
+        if not updates and not start_copies:
+
+            def to_host(*args):
+                return [np.asarray(output) for output in call(*args)]
+
+            return to_host
+
+        def to_host_keeping_updates(*args):
+            outputs = list(call(*args))
+            if start_copies:
+                for position in returned:
+                    outputs[position].copy_to_host_async()
+            for position in returned:
+                outputs[position] = np.asarray(outputs[position])
+            return outputs
+
+        return to_host_keeping_updates
+
     def __repr__(self) -> str:
+        outputs = "" if self.outputs == "device" else f", outputs={self.outputs!r}"
         if self.devices_spec is not None:
-            return f"{type(self).__name__}(devices={self.devices_spec!r}, shard={self.shard!r})"
-        return f"{type(self).__name__}(device={self.device_spec!r})"
+            return (
+                f"{type(self).__name__}(devices={self.devices_spec!r}, "
+                f"shard={self.shard!r}{outputs})"
+            )
+        return f"{type(self).__name__}(device={self.device_spec!r}{outputs})"
 
 
 def _shifted(positions: tuple[int, ...], by: int) -> tuple[int, ...]:

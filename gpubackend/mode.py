@@ -14,13 +14,15 @@ from pytensor.compile.mode import (
 )
 
 from gpubackend.devices import DeviceSpec
-from gpubackend.linker import DispatchingJAXLinker, JAXGPULinker
+from gpubackend.linker import DispatchingJAXLinker, JAXGPULinker, OutputKind
 from gpubackend.registration import REWRITE_TAG
 
 if TYPE_CHECKING:  # placement imports jax, which loads with the first compile
     from gpubackend.placement import DevicesSpec, ShardSpec
 
 MODE_NAME = "JAX_GPU"
+NUMPY_MODE_NAME = "JAX_GPU_NUMPY"
+"""JAX_GPU returning numpy outputs, for host-side callers (PyMC's samplers, scipy loops)."""
 LINKER_NAME = "jax_gpu"
 
 
@@ -29,6 +31,7 @@ def jax_gpu_mode(
     *,
     devices: DevicesSpec | None = None,
     shard: ShardSpec | None = None,
+    outputs: OutputKind = "device",
 ) -> Mode:
     """A Mode that runs on ``device`` ("gpu", "gpu:N", "cpu", "cpu:N" or a ``jax.Device``).
 
@@ -41,9 +44,17 @@ def jax_gpu_mode(
     every other input, and every shared variable not named, is replicated.
     Example: ``jax_gpu_mode(devices="gpu", shard={x: 0})``.
 
+    ``outputs="device"`` (the default) returns ``jax.Array``s committed to the
+    device, for callers that chain calls on it. ``outputs="numpy"`` returns
+    numpy arrays, copied to the host once per call, for callers that work in
+    numpy (PyMC's samplers, ``find_MAP``, scipy loops): a ``jax.Array`` would
+    cost them a JAX dispatch per numpy operation. Updated shared variables stay
+    on the device either way. ``mode="JAX_GPU_NUMPY"`` is
+    ``jax_gpu_mode(outputs="numpy")``.
+
     The graph rewrites are those of PyTensor's JAX mode and gpubackend's own.
     """
-    linker = JAXGPULinker(device, devices=devices, shard=shard)
+    linker = JAXGPULinker(device, devices=devices, shard=shard, outputs=outputs)
     return Mode(linker=linker, optimizer=JAX.provided_optimizer.including(REWRITE_TAG))
 
 
@@ -56,8 +67,11 @@ def stock_jax_mode() -> Mode:
 
 
 def register() -> None:
-    """Make ``mode="JAX_GPU"`` and ``linker="jax_gpu"`` available by name."""
+    """Make ``mode="JAX_GPU"``, ``mode="JAX_GPU_NUMPY"`` and ``linker="jax_gpu"`` available by
+    name."""
     if LINKER_NAME not in predefined_linkers:
         register_linker(LINKER_NAME, JAXGPULinker())
     if MODE_NAME not in predefined_modes:
         register_mode(MODE_NAME, jax_gpu_mode())
+    if NUMPY_MODE_NAME not in predefined_modes:
+        register_mode(NUMPY_MODE_NAME, jax_gpu_mode(outputs="numpy"))
