@@ -270,3 +270,104 @@ def test_output_folded_to_a_python_float_keeps_the_graph_dtype(mode):
     assert np.asarray(out_folded).dtype == np.dtype(folded.type.dtype)
     assert float(out_folded) == pytest.approx(np.tanh(np.float32(0.5)), rel=1e-6)
     np.testing.assert_allclose(np.asarray(out_shifted), [1.0, 1.0])
+
+
+def test_numpy_inputs_reach_the_device_through_jit_not_a_python_device_put(
+    monkeypatch, target_device
+):
+    # Issue 25: a Python jax.device_put per input was three quarters of a small call's cost.
+    x = pt.vector("x")
+    i = pt.scalar("i", dtype="int64")
+    fn = pytensor.function([x, i], [x * i, x.sum()], mode="JAX_GPU")
+    fn(np.ones(3), 2)  # compiles
+
+    def no_python_upload(*args, **kwargs):
+        raise AssertionError("a Python jax.device_put in the call path")
+
+    monkeypatch.setattr(jax, "device_put", no_python_upload)
+    scaled, total = fn(np.arange(3.0), np.int64(2))
+    assert scaled.devices() == {target_device} and total.devices() == {target_device}
+    np.testing.assert_allclose(np.asarray(scaled), [0.0, 2.0, 4.0])
+    assert float(total) == 3.0
+
+
+def test_matching_numpy_input_is_left_to_jit_as_it_is():
+    x = pt.tensor("x", shape=(None, 2), dtype="float64")
+    fn = pytensor.function([x], x * 2, mode="JAX_GPU")
+    values = np.zeros((3, 2))
+    assert fn.input_storage[0].type.filter(values) is values
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (np.zeros(2, dtype="int8"), None),  # cast, as PyTensor casts it
+        (np.zeros(2, dtype="complex128"), "loss of precision"),
+        (np.zeros((2, 2)), "Wrong number of dimensions"),
+        (np.zeros(3), r"shape \(\(2,\)\) is not compatible"),
+    ],
+)
+def test_mismatched_numpy_input_keeps_pytensor_rules_and_messages(value, message):
+    x = pt.tensor("x", shape=(2,), dtype="float64")
+    i = pt.vector("i", dtype="int32")
+    fn = pytensor.function([i, x], x * 3, mode="JAX_GPU", on_unused_input="ignore")
+    if message is None:
+        assert np.asarray(fn(np.zeros(1, "int32"), value)).dtype == np.float64
+        return
+    with pytest.raises(TypeError, match=message) as excinfo:
+        fn(np.zeros(1, "int32"), value)
+    assert "at index 1" in "".join(getattr(excinfo.value, "__notes__", []))
+
+
+def test_numpy_outputs_mode_returns_numpy_and_keeps_updates_on_the_device(target_device):
+    x = pt.vector("x")
+    acc = pytensor.shared(np.zeros(3), name="acc")
+    fn = pytensor.function(
+        [x], [acc.sum(), x * 2], updates={acc: acc + x}, mode=jax_gpu_mode(outputs="numpy")
+    )
+    total, doubled = fn(np.ones(3))
+    assert type(total) is np.ndarray and type(doubled) is np.ndarray
+    assert total.dtype == np.float64 and total.shape == ()
+    np.testing.assert_allclose(doubled, [2.0, 2.0, 2.0])
+    previous = acc.get_value(borrow=True)
+    assert isinstance(previous, jax.Array) and previous.devices() == {target_device}
+    total, _ = fn(np.ones(3))
+    assert float(total) == 3.0
+    assert previous.is_deleted()  # the update still donates
+    np.testing.assert_allclose(np.asarray(acc.get_value()), [2.0, 2.0, 2.0])
+
+
+def test_numpy_outputs_mode_is_registered_by_name_and_survives_a_rebuilt_mode():
+    # PyMC's compile rebuilds the mode as Mode(linker=mode.linker, ...): the rule is the linker's.
+    from pytensor.compile.mode import Mode
+
+    mode = get_mode("JAX_GPU_NUMPY")
+    assert mode.linker.outputs == "numpy"
+    rebuilt = Mode(linker=mode.linker, optimizer=mode.provided_optimizer)
+    x = pt.vector("x")
+    out = pytensor.function([x], x + 1, mode=rebuilt)(np.zeros(2))
+    assert type(out) is np.ndarray
+    assert isinstance(pytensor.function([x], x + 1, mode="JAX_GPU")(np.zeros(2)), jax.Array)
+
+
+def test_numpy_outputs_of_a_while_scan_graph_are_cut_to_their_length():
+    from pytensor.scan import until
+
+    x0 = pt.scalar("x0")
+    xs = pytensor.scan(
+        lambda x: (x * 2, until(x > 50)),
+        outputs_info=[x0],
+        n_steps=100,
+        return_updates=False,
+    )
+    fn = pytensor.function([x0], xs, mode=jax_gpu_mode(outputs="numpy"))
+    out = fn(np.float64(1.0))
+    assert type(out) is np.ndarray
+    reference = pytensor.function([x0], xs, mode="FAST_COMPILE")(np.float64(1.0))
+    assert len(reference) < 100
+    np.testing.assert_array_equal(out, reference)
+
+
+def test_unknown_outputs_kind_is_a_value_error_naming_the_argument():
+    with pytest.raises(ValueError, match=r"outputs='host'.*'device', 'numpy'"):
+        jax_gpu_mode(outputs="host")  # type: ignore[arg-type]
