@@ -37,3 +37,21 @@ def print_ratio_table(
             label, format_seconds(ours), format_seconds(baseline), f"{ours / baseline:.2f}x", goal
         )
     Console(width=160).print(table)
+
+
+def interleaved_medians(
+    calls: dict[str, Callable[[], object]], *, number: int, repeat: int
+) -> dict[str, float]:
+    """Per-call medians of several variants, timed in turn within each of ``repeat`` rounds.
+
+    Each round times ``number`` back-to-back calls of every variant, one after
+    the other, so that a neighbour's load on a shared machine falls on all of
+    them alike; the result is the median over the rounds of each variant's mean.
+    """
+    for call in calls.values():
+        call()
+    times: dict[str, list[float]] = {label: [] for label in calls}
+    for _ in range(repeat):
+        for label, call in calls.items():
+            times[label].append(timeit.timeit(call, number=number) / number)
+    return {label: statistics.median(values) for label, values in times.items()}

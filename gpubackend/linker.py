@@ -127,6 +127,50 @@ class JAXGPULinker(DispatchingJAXLinker):
         ]
         return fn, input_containers, output_containers, thunks, nodes
 
+    def create_jitable_thunk(self, compute_map, order, input_storage, output_storage, storage_map):
+        """PyTensor's one thunk for the whole graph, doing only what a call needs.
+
+        As ``JITLinker.create_jitable_thunk``, but the thunk passes the input cells'
+        values as a list (no generator) and returns the outputs as a list, which
+        ``Function`` takes as they are instead of reading them back from the
+        output storage (still written, for whoever reads it). A graph without
+        outputs keeps PyTensor's thunk.
+        """
+        if not self.fgraph.outputs:
+            return super().create_jitable_thunk(
+                compute_map, order, input_storage, output_storage, storage_map
+            )
+        from pytensor.link.utils import raise_with_op
+
+        fgraph = self.fgraph
+        output_nodes = [o.owner for o in fgraph.outputs if o.owner is not None][:1]
+        converted = self.fgraph_convert(
+            fgraph,
+            order=order,
+            input_storage=input_storage,
+            output_storage=output_storage,
+            storage_map=storage_map,
+        )
+        thunk_inputs = self.create_thunk_inputs(storage_map)
+        thunk_outputs = [storage_map[variable] for variable in fgraph.outputs]
+        fgraph_jit = self.jit_compile(converted)
+
+        def thunk():
+            try:
+                outputs = list(fgraph_jit(*[cell[0] for cell in thunk_inputs]))
+            except Exception:  # re-raised with the node's notes, as PyTensor's thunk does
+                if not output_nodes:
+                    raise
+                raise_with_op(fgraph, output_nodes[0], thunk)
+            for cell, value in zip(thunk_outputs, outputs):  # noqa: B905  (the hot path)
+                cell[0] = value
+            return outputs
+
+        thunk.inputs = thunk_inputs  # type: ignore[attr-defined]
+        thunk.outputs = thunk_outputs  # type: ignore[attr-defined]
+        thunk.lazy = False  # type: ignore[attr-defined]
+        return [thunk], output_nodes, fgraph_jit
+
     def _input_container(self, position: int, container: Container) -> Container:
         from gpubackend.device_inputs import DeviceResidentInput, StaticShapeInput
 
