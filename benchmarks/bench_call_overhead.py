@@ -106,7 +106,7 @@ def scan_model() -> pm.Model:
 
 
 def optimize_graph():
-    """``minimize`` (BFGS) of a quartic with its solution's gradient: a graph with an optimize op."""
+    """``minimize`` (BFGS) of a quartic, with its solution's gradient (an optimize op)."""
     x, a = pt.vector("x"), pt.vector("a")
     objective = ((x - a) ** 2).sum() + 0.1 * (x**4).sum()
     solution, _ = minimize(objective, x, method="BFGS", optimizer_kwargs={"tol": 1e-10})

@@ -1,9 +1,9 @@
 """gpubackend: a GPU-aware compilation backend for PyTensor.
 
-Importing it registers ``mode="JAX_GPU"`` and gpubackend's compile-time
-baking rules on PyTensor's registries, and its lowerings for when PyTensor
-loads its JAX or Numba dispatch. It imports neither jax nor numba, so it starts
-no XLA backend and allocates no device memory. When jax is loaded, its
+Importing it registers ``mode="JAX_GPU"`` (and ``"JAX_GPU_NUMPY"``, numpy outputs) and
+gpubackend's compile-time baking rules on PyTensor's registries, and its lowerings
+for when PyTensor loads its JAX or Numba dispatch. It imports neither jax nor numba, so it
+starts no XLA backend and allocates no device memory. When jax is loaded, its
 ``jax_enable_x64`` is set from ``floatX`` (`gpubackend.precision`).
 
 The public API is what ``__all__`` lists; everything else is internal.
