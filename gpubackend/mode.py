@@ -26,6 +26,20 @@ NUMPY_MODE_NAME = "JAX_GPU_NUMPY"
 LINKER_NAME = "jax_gpu"
 
 
+class JAXGPUMode(Mode):
+    """A ``Mode`` whose compiled functions are `JAXGPUFunction`s (a lean positional call).
+
+    PyTensor's ``Mode.function_maker`` is the hook (``DebugMode`` overrides it
+    too); ``including``, ``excluding`` and ``clone`` keep the class.
+    """
+
+    @property
+    def function_maker(self):
+        from gpubackend.function import JAXGPUFunctionMaker
+
+        return JAXGPUFunctionMaker
+
+
 def jax_gpu_mode(
     device: DeviceSpec | None = None,
     *,
@@ -55,7 +69,7 @@ def jax_gpu_mode(
     The graph rewrites are those of PyTensor's JAX mode and gpubackend's own.
     """
     linker = JAXGPULinker(device, devices=devices, shard=shard, outputs=outputs)
-    return Mode(linker=linker, optimizer=JAX.provided_optimizer.including(REWRITE_TAG))
+    return JAXGPUMode(linker=linker, optimizer=JAX.provided_optimizer.including(REWRITE_TAG))
 
 
 def stock_jax_mode() -> Mode:

@@ -371,3 +371,32 @@ def test_numpy_outputs_of_a_while_scan_graph_are_cut_to_their_length():
 def test_unknown_outputs_kind_is_a_value_error_naming_the_argument():
     with pytest.raises(ValueError, match=r"outputs='host'.*'device', 'numpy'"):
         jax_gpu_mode(outputs="host")  # type: ignore[arg-type]
+
+
+def test_jax_gpu_functions_take_the_lean_call_and_keep_function_semantics(target_device):
+    from pytensor.compile.io import In
+
+    from gpubackend.function import JAXGPUFunction
+
+    x, y = pt.vector("x"), pt.scalar("y")
+    acc = pytensor.shared(np.zeros(2), name="acc")
+    fn = pytensor.function([x, y], x * y, updates={acc: acc + x}, mode="JAX_GPU")
+    assert type(fn) is JAXGPUFunction and fn._direct is not None
+    np.testing.assert_allclose(np.asarray(fn(np.ones(2), 3.0)), [3.0, 3.0])  # the lean call
+    np.testing.assert_allclose(np.asarray(fn(y=2.0, x=np.ones(2))), [2.0, 2.0])  # keywords
+    np.testing.assert_allclose(np.asarray(acc.get_value()), [2.0, 2.0])
+    with pytest.raises(TypeError, match="Missing input"):
+        fn(np.ones(2))
+    with pytest.raises(TypeError, match="Too many parameter"):
+        fn(np.ones(2), 1.0, np.ones(2), 2.0)  # more than the inputs and the shared variable
+    with pytest.raises(TypeError, match="Wrong number of dimensions") as excinfo:
+        fn(np.ones((2, 2)), 1.0)
+    assert "at index 0" in "".join(excinfo.value.__notes__)
+    copied = fn.copy()
+    assert type(copied) is JAXGPUFunction
+    assert copied(np.ones(2), 1.0).devices() == {target_device}
+    z = pt.vector("z")
+    borrowed = pytensor.function([In(x, borrow=True), In(z, borrow=True)], x + z, mode="JAX_GPU")
+    assert borrowed._direct is None  # borrowed inputs that may alias: Function's own call
+    same = np.ones(2)
+    np.testing.assert_allclose(np.asarray(borrowed(same, same)), [2.0, 2.0])
