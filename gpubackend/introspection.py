@@ -50,4 +50,5 @@ def specialised_on_step_counts(fn: Function) -> bool:
     from gpubackend.dispatch.jax.while_scan.host import HostReadingFunction
 
     jit_fn = getattr(fn.vm, "jit_fn", None)
+    jit_fn = getattr(jit_fn, "__wrapped__", jit_fn)  # under outputs="numpy", the call it wraps
     return isinstance(jit_fn, HostReadingFunction) and jit_fn.specialised

@@ -307,6 +307,7 @@ class JAXGPULinker(DispatchingJAXLinker):
             def to_host(*args):
                 return [np.asarray(output) for output in call(*args)]
 
+            to_host.__wrapped__ = call  # type: ignore[attr-defined]
             return to_host
 
         def to_host_keeping_updates(*args):
@@ -318,6 +319,7 @@ class JAXGPULinker(DispatchingJAXLinker):
                 outputs[position] = np.asarray(outputs[position])
             return outputs
 
+        to_host_keeping_updates.__wrapped__ = call  # type: ignore[attr-defined]
         return to_host_keeping_updates
 
     def __repr__(self) -> str:
