@@ -143,6 +143,19 @@ class StaticShapeInput:
         return f"{self.variable_type} (static)"
 
 
+class StaticSharedCell:
+    """A shared integer that JAX needs as a Python int (a length, such as a PyMC dim's), read
+    through the variable's own storage cell on every call: ``jax.jit`` keys its cache on it."""
+
+    __slots__ = ("cell",)
+
+    def __init__(self, cell: list):
+        self.cell = cell
+
+    def __getitem__(self, index: int) -> int:
+        return int(self.cell[index])
+
+
 _NO_VALUE = object()
 
 

@@ -193,6 +193,23 @@ def test_integer_input_used_as_a_length_specialises_the_compiled_function(mode):
             np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_shared_integer_used_as_a_length_specialises_the_compiled_function(mode):
+    """A PyMC dim's length lives in a shared variable (``model.dim_lengths``): ``arange(length)``
+    and ``zeros((length, 2))`` follow each ``set_value``, as with an integer input."""
+    length, x = pytensor.shared(np.int64(3), name="length"), pt.vector("x")
+    outputs = [pt.arange(length) * x.sum(), pt.zeros((length, 2)) + 1.0]
+    fn = pytensor.function([x], outputs, mode=mode)
+    reference_fn = pytensor.function([x], outputs, mode="FAST_COMPILE")
+    for steps in (3, 5, 3):
+        length.set_value(np.int64(steps))
+        for got, want in zip(
+            fn(np.array([0.5, 2.0])), reference_fn(np.array([0.5, 2.0])), strict=True
+        ):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+            assert np.shape(got) == np.shape(want)
+
+
 SECOND_ORDER_SCAN_GRADIENT = """
 import numpy as np, pytensor, pytensor.tensor as pt
 import gpubackend
