@@ -76,9 +76,40 @@ def _evaluated_when_concrete(fn: Callable) -> Callable:
     return shape_arithmetic
 
 
+def _integers_not_masks(fn: Callable, node: Apply) -> Callable:
+    """``fn`` with each output its node types as an integer returned as that integer where the
+    lowering gives a bool array (PyTensor's JAX Bernoulli does): JAX would read it as a mask in an
+    index (``sigma[is_outlier]`` would select instead of gather) and add it as logical or."""
+    integer_dtypes = [
+        dtype if dtype is not None and np.dtype(dtype).kind in "iu" else None
+        for dtype in _graph_dtypes(node.outputs)
+    ]
+    if not any(integer_dtypes):
+        return fn
+
+    def as_integer(value, dtype):
+        if dtype is not None and isinstance(value, jax.Array) and value.dtype == np.bool_:
+            return value.astype(dtype)
+        return value
+
+    if len(node.outputs) == 1:
+        return lambda *inputs: as_integer(fn(*inputs), integer_dtypes[0])
+
+    def integer_outputs(*inputs):
+        outputs = fn(*inputs)
+        return type(outputs)(
+            as_integer(value, dtype) for value, dtype in zip(outputs, integer_dtypes, strict=True)
+        )
+
+    return integer_outputs
+
+
 def _funcify_node(op, node: Apply | None = None, **kwargs) -> Callable:
     fn = jax_funcify(op, node=node, **kwargs)
-    if node is not None and _is_shape_arithmetic(node):
+    if node is None:
+        return fn
+    fn = _integers_not_masks(fn, node)
+    if _is_shape_arithmetic(node):
         return _evaluated_when_concrete(fn)
     return fn
 
