@@ -210,6 +210,36 @@ def test_a_shared_integer_used_as_a_length_specialises_the_compiled_function(mod
             assert np.shape(got) == np.shape(want)
 
 
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_while_scan_length_in_a_three_operand_integer_add(mode):
+    """PyTensor fuses ``n + b + c`` into one 3-input scalar Add; its bounds are the sum of all
+    three (a binary ``np.add`` took the third operand as its ``out``: pymc-extras' convergent
+    Kalman filter failed so)."""
+    x0, a = pt.vector("x0"), pt.vector("a")
+    b, c = pt.lscalar("b"), pt.lscalar("c")
+    roots = _newton_sqrt(x0, a)
+    length = roots.shape[0]
+    outputs = [length + b + c, pt.zeros(length + 1 + 2).shape[0] * b, roots[-1].sum()]
+    values = [np.ones(3), np.array([2.0, 3.0, 40.0]), np.asarray(2), np.asarray(3)]
+    assert_matches_reference([x0, a, b, c], outputs, values, mode)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_an_integer_reduction_with_exact_bounds_of_a_while_scan_length(mode):
+    """A reduction whose operand's bounds pin it down is evaluated while tracing (its bounds are
+    numpy), not staged: a staged one reached numpy as a tracer."""
+    x0 = pt.matrix("x0")
+    decay = _scan(
+        lambda x: (x * 0.9, until(pt.max(pt.abs(x * 0.9)) < 1e-3)),
+        outputs_info=[x0],
+        n_steps=1000,
+    )
+    pinned = pt.minimum(decay.shape[0], 0) + 5
+    size = pt.stack([pinned, pt.constant(3, dtype="int64")]).max()
+    outputs = [decay[-1].sum() * size, pt.zeros(size).shape[0] + decay.shape[0]]
+    assert_matches_reference([x0], outputs, [np.ones((2, 3))], mode)
+
+
 SECOND_ORDER_SCAN_GRADIENT = """
 import numpy as np, pytensor, pytensor.tensor as pt
 import gpubackend
