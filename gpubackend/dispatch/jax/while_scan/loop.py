@@ -120,6 +120,10 @@ def _like(new, old):
     )
 
 
+NEGATIVE_STEPS_MESSAGE = "Scan was asked to run for negative number of step"
+"""The reference's message (PyTensor's Scan.perform), before the count it names."""
+
+
 def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., LoopResult]:
     """The loop of any Scan: ``run(outer_inputs, capacity, resume=None)``.
 
@@ -141,6 +145,10 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
     ) -> LoopResult:
         n_steps = value_of(outer_inputs[0])
         n_low, n_high = (float(bound) for bound in bounds_of(outer_inputs[0]))
+        if n_high < 0:
+            # Known while tracing (a constant, an integer input JAX specialises on): the
+            # reference's error, with its message, when the call traces.
+            raise IndexError(f"{NEGATIVE_STEPS_MESSAGE} {int(n_low) if n_low == n_high else ''}")
         seqs = [as_bounded(seq).buffer for seq in op.outer_seqs(outer_inputs)]
         mit_mot = [as_bounded(buffer) for buffer in op.outer_mitmot(outer_inputs)]
         taps = [
@@ -352,7 +360,13 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
 
 def _entry(buffer: jax.Array, position) -> jax.Array:
     """``buffer[position]`` for a position in range: a plain dynamic slice (NumPy-style indexing
-    adds wrap-around)."""
+    adds wrap-around).
+
+    A buffer with no room (a loop of zero steps: an empty sequence or trace) is never read when
+    the loop runs, but its body is still traced: it reads zeros of an entry's shape.
+    """
+    if buffer.shape[0] == 0:
+        return jnp.zeros(buffer.shape[1:], buffer.dtype)
     return jax.lax.dynamic_index_in_dim(buffer, position, keepdims=False)
 
 
@@ -363,6 +377,9 @@ def _written(buffer: jax.Array, position, value, going) -> jax.Array:
     guards against positions out of range with a select, and then XLA copies the
     whole buffer on every step.
     """
+    if buffer.shape[0] == 0:
+        # No room: a loop of zero steps, whose body is traced but never runs (see `_entry`).
+        return buffer
     value = jnp.asarray(value, buffer.dtype)
     if going is not True:
         value = jnp.where(going, value, _entry(buffer, position))

@@ -14,10 +14,12 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+from pytensor.graph.basic import Constant
 from pytensor.scan.op import Scan
 
-from gpubackend.dispatch.jax.while_scan.checks import NodeResult
+from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.loop import (
+    NEGATIVE_STEPS_MESSAGE,
     LoopResult,
     Trace,
     is_static,
@@ -86,6 +88,9 @@ def bounded_outputs(op: Scan, loop: LoopResult, trimmable: Sequence[bool]) -> li
     return [*mit_mot, *traces, *loop.untraced]
 
 
+NEGATIVE_STEPS_CHECK = RuntimeCheck(IndexError, f"{NEGATIVE_STEPS_MESSAGE} (n_steps < 0)")
+
+
 @bounded_jax_funcify.register(Scan)
 def bounded_scan(op: Scan, node, input_kinds: Sequence[Kind], **kwargs) -> BoundedLowering:
     """A Scan whose lengths, inputs or trimmed traces are known only at run time."""
@@ -107,13 +112,17 @@ def bounded_scan(op: Scan, node, input_kinds: Sequence[Kind], **kwargs) -> Bound
     ]
     output_kinds += [None] * op.info.n_untraced_sit_sot
     run = scan_loop(op, trimmable, **kwargs)
+    # A step count known only at run time may be negative, where the reference raises.
+    checks = () if isinstance(node.inputs[0], Constant) else (NEGATIVE_STEPS_CHECK,)
 
     def scan(*outer_inputs, capacity: int | None, resume: LoopResult | None = None) -> NodeResult:
         loop = run(list(outer_inputs), capacity, resume)
         outputs = bounded_outputs(op, loop, trimmable)
-        return NodeResult(outputs[0] if len(outputs) == 1 else outputs, (), loop.overflow, loop)
+        n_low, _ = bounds_of(outer_inputs[0])
+        oks = (True if n_low >= 0 else loop.n_steps >= 0,) if checks else ()
+        return NodeResult(outputs[0] if len(outputs) == 1 else outputs, oks, loop.overflow, loop)
 
-    return BoundedLowering(scan, tuple(output_kinds), capacity_limited=True)
+    return BoundedLowering(scan, tuple(output_kinds), checks, capacity_limited=True)
 
 
 def specialised_scan(op: Scan, node, **kwargs) -> Callable:
