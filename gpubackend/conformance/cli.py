@@ -20,12 +20,9 @@ from gpubackend.conformance.backends import BACKENDS, backend_device_pairs
 from gpubackend.conformance.differential import DEFAULT_MODES, DIFFERENTIAL_MODES, mode_device_pairs
 from gpubackend.conformance.differential_reports import run_differential_and_report
 from gpubackend.conformance.reports import (
-    BASENAME,
     ReportsNotWrittenError,
     merge_reports,
-    print_summary,
-    write_or_save,
-    write_reports,
+    write_and_summarise,
 )
 from gpubackend.conformance.runner import run_and_report
 from gpubackend.devices import DeviceNotFoundError
@@ -111,14 +108,7 @@ def _merge_parser() -> argparse.ArgumentParser:
 def _merge(argv: list[str], console: Console) -> int:
     args = _merge_parser().parse_args(argv)
     report = merge_reports(args.reports)
-    try:
-        paths = write_or_save(
-            lambda: write_reports(report, args.out, junit=False), report.to_json, args.out, BASENAME
-        )
-    except ReportsNotWrittenError as error:
-        print_summary(report, {"json": error.saved}, console)
-        raise
-    print_summary(report, paths, console)
+    write_and_summarise(report, args.out, console, junit=False)
     return 1 if report.failed else 0
 
 

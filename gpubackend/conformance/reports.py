@@ -55,6 +55,21 @@ def write_reports(report: Report, out_dir: str | Path, junit: bool = True) -> di
     return paths
 
 
+def write_and_summarise(
+    report: Report, out_dir: str | Path, console: Console, junit: bool = True
+) -> None:
+    """`write_reports`, then `print_summary`. When the reports cannot be written, the summary is
+    printed all the same, and `ReportsNotWrittenError` names the file the results were saved to."""
+    try:
+        paths = write_or_save(
+            lambda: write_reports(report, out_dir, junit=junit), report.to_json, out_dir, BASENAME
+        )
+    except ReportsNotWrittenError as error:
+        print_summary(report, {"json": error.saved}, console)
+        raise
+    print_summary(report, paths, console)
+
+
 def print_summary(report: Report, paths: dict[str, Path], console: Console) -> None:
     """Counts per column, one line per case that does not pass, and where the reports are."""
     for column, counts in report.summary()["per_column"].items():

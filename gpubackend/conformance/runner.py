@@ -36,8 +36,7 @@ from gpubackend.conformance.probe import CALL, RewriteFreeProbe
 from gpubackend.conformance.progress import progress_display
 from gpubackend.conformance.reports import (
     BASENAME,
-    ReportsNotWrittenError,
-    print_summary,
+    write_and_summarise,
     write_or_save,
     write_reports,
 )
@@ -284,13 +283,5 @@ def run_and_report(
     report = run_suite(
         backends, devices, label=label, cases=cases, generated=generated, progress=progress
     )
-    console = console or Console(stderr=True, soft_wrap=True)
-    try:
-        paths = write_or_save(
-            lambda: write_reports(report, out_dir), report.to_json, out_dir, BASENAME
-        )
-    except ReportsNotWrittenError as error:
-        print_summary(report, {"json": error.saved}, console)
-        raise
-    print_summary(report, paths, console)
+    write_and_summarise(report, out_dir, console or Console(stderr=True, soft_wrap=True))
     return 1 if report.failed else 0
