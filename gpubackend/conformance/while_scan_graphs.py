@@ -1068,6 +1068,8 @@ def _draw(
 def draw_while_specs(count: int) -> list[WhileGraphSpec]:
     """``count`` distinct specs, reproducibly (derandomised), outside any test runner, spread over
     `TARGETS`."""
+    if count < 0:  # else Hypothesis refuses max_examples=count * 3
+        raise ValueError(f"count={count}: expected a number of graphs to draw, 0 or more.")
     specs: list[WhileGraphSpec] = []
     for index, target in enumerate(TARGETS):
         share = count // len(TARGETS) + (index < count % len(TARGETS))
