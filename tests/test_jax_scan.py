@@ -117,10 +117,12 @@ def test_full_trace_and_gradient_of_a_while_scan_under_jax_gpu():
 
 def test_full_trace_of_a_while_scan_is_refused_by_stock_jax_with_a_clear_error():
     x0, limit = pt.scalar("x0"), pt.scalar("limit")
+    # Refused when the call traces: only then do the bounds say whether the length is known.
+    fn = pytensor.function([x0, limit], _doubling_until(x0, limit), mode="JAX")
     with pytest.raises(
         DataDependentLengthError, match=r"data-dependent shape.*JAX_GPU.*trace\[-1\]"
     ):
-        pytensor.function([x0, limit], _doubling_until(x0, limit), mode="JAX")
+        fn(1.0, 100.0)
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)
@@ -238,6 +240,37 @@ def test_an_integer_reduction_with_exact_bounds_of_a_while_scan_length(mode):
     size = pt.stack([pinned, pt.constant(3, dtype="int64")]).max()
     outputs = [decay[-1].sum() * size, pt.zeros(size).shape[0] + decay.shape[0]]
     assert_matches_reference([x0], outputs, [np.ones((2, 3))], mode)
+
+
+def _head_and_tail(x0, n: int = 20):
+    """A while-Scan until the state settles, then a for-Scan over the steps left (the shape of
+    pymc-extras' convergent Kalman filter): the two traces joined have length ``n`` always."""
+    head = _scan(lambda x: (x * 0.5, until(pt.abs(x * 0.5) < 1e-3)), outputs_info=[x0], n_steps=n)
+    tail = _scan(lambda x: x * 0.5, outputs_info=[head[-1]], n_steps=n - head.shape[0])
+    return pt.concatenate([head, tail])
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_while_scan_head_joined_to_a_for_scan_over_the_steps_left_has_a_static_length(mode):
+    x0 = pt.scalar("x0")
+    full = _head_and_tail(x0)
+    for start in (1.0, 1e-4):
+        assert_matches_reference([x0], [full, full.sum()], [np.asarray(start)], mode)
+
+
+def test_a_while_scan_head_joined_to_a_for_scan_over_the_steps_left_on_the_jaxified_path():
+    import jax
+    from pytensor.compile.mode import JAX
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.link.jax.dispatch import jax_funcify
+
+    x0 = pt.scalar("x0")
+    full = _head_and_tail(x0)
+    fgraph = FunctionGraph([x0], [full], clone=True)
+    JAX.optimizer.rewrite(fgraph)
+    lowered = jax.jit(jax_funcify(fgraph))
+    want = pytensor.function([x0], full, mode="FAST_COMPILE")(1.0)
+    np.testing.assert_allclose(np.asarray(lowered(1.0)[0]), want, rtol=1e-12)
 
 
 SECOND_ORDER_SCAN_GRADIENT = """

@@ -36,6 +36,7 @@ from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.lowering_context import lowering_context
 from gpubackend.dispatch.jax.while_scan.values import (
+    Table,
     as_bounded,
     as_bounded_int,
     bounds_of,
@@ -70,6 +71,9 @@ class LoopResult(NamedTuple):
     cannot."""
     stopped: Any
     """The ``until`` condition held at the last step taken."""
+    steps_table: Table | None = None
+    """A for-Scan that runs all its steps: its step count as a function of one length, where its
+    ``n_steps`` is one (the steps left after a while-Scan: ``n - len(head)``)."""
 
 
 def traced_slots(op: Scan) -> list[int]:
@@ -353,6 +357,8 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
             untraced_final,
             overflow,
             stopped,
+            # Unlimited, a for-Scan takes exactly its n_steps.
+            getattr(outer_inputs[0], "table", None) if not (info.as_while or limited) else None,
         )
 
     return run

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from pytensor.graph.basic import Constant
 from pytensor.scan.op import Scan
 
@@ -31,9 +32,12 @@ from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_ja
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
     Kind,
+    Table,
     bounds_of,
+    common_tables,
     known_value,
     length_between,
+    tabulated,
     value_of,
 )
 
@@ -44,8 +48,14 @@ def untrimmed_outputs(loop: LoopResult) -> list:
     return [*(buffer for buffer, _ in loop.mit_mot), *traces, *loop.untraced]
 
 
-def _oldest_first(trace: Trace, steps, steps_bounds: tuple[float, float]):
-    """A trace in PyTensor's order: the entries written, oldest first, at most ``size`` of them."""
+def _oldest_first(
+    trace: Trace, steps, steps_bounds: tuple[float, float], steps_table: Table | None = None
+):
+    """A trace in PyTensor's order: the entries written, oldest first, at most ``size`` of them.
+
+    ``steps_table`` (the steps as a function of one length) keeps a trace that never wraps
+    tabulated on that length: joined to the trace that length measures, the total is known.
+    """
     buffer, slot = trace.buffer, trace.slot
     size_low, size_high = (float(bound) for bound in bounds_of(trace.size))
     written_low, written_high = steps_bounds[0] + slot, steps_bounds[1] + slot
@@ -60,10 +70,27 @@ def _oldest_first(trace: Trace, steps, steps_bounds: tuple[float, float]):
     length = length_between(
         jnp.minimum(written, size), min(written_low, size_low), min(written_high, size_high)
     )
-    if written_high <= size_low:
-        return Bounded(buffer, length)  # never wrapped: the entries are in order already
+    written_table = (
+        None
+        if steps_table is None
+        else Table(steps_table.atom, steps_table.first, steps_table.values + slot)
+    )
+    if written_high <= size_low or _fits(written_table, trace.size):
+        # Never wrapped: the entries are in order already, as many as were written.
+        if written_table is not None:
+            length = tabulated(length.value, written_table)
+        return Bounded(buffer, length)
     shift = jnp.where(written >= size, written % size, 0)
     return Bounded(buffer[(jnp.arange(buffer.shape[0]) + shift) % size], length)
+
+
+def _fits(written: Table | None, size) -> bool:
+    """Whether the entries written never exceed the buffer's size, for every value of the length
+    both are tabulated on (a for-Scan over the steps a while-Scan left: ``n - len(head)``)."""
+    if written is None:
+        return False
+    common = common_tables([tabulated(written.atom, written), size])
+    return common is not None and bool(np.all(common[1][0] <= common[1][1]))
 
 
 def _in_order_already(trace: Trace, trimmable: bool) -> bool:
@@ -82,7 +109,7 @@ def bounded_outputs(op: Scan, loop: LoopResult, trimmable: Sequence[bool]) -> li
     traces = [
         rotated(trace.buffer, trace.slot, loop.steps_taken)
         if _in_order_already(trace, trim)
-        else _oldest_first(trace, loop.steps_taken, loop.steps_bounds)
+        else _oldest_first(trace, loop.steps_taken, loop.steps_bounds, loop.steps_table)
         for trace, trim in zip(loop.traces, trimmable, strict=True)
     ]
     return [*mit_mot, *traces, *loop.untraced]
