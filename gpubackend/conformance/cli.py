@@ -70,8 +70,9 @@ def _run_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="also run N generated graphs with PyTensor's JAX lowerings and gpubackend's, "
-        "on every path (pytensor.function, jax_funcify under jit, vmap and grad): counts per "
-        "family and verdict in stock_superset.txt; a violation makes the exit status non-zero",
+        "on the first --device, on every path (pytensor.function, jax_funcify under jit, vmap "
+        "and grad): counts per family and verdict in stock_superset.txt; a violation makes the "
+        "exit status non-zero",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -128,7 +129,11 @@ def _run(argv: list[str], console: Console) -> int:
             status = 1
     if args.stock_superset:
         superset = run_stock_superset_and_report(
-            args.stock_superset, args.out, console, progress=not args.no_progress
+            args.stock_superset,
+            args.out,
+            console,
+            device=args.device[0],
+            progress=not args.no_progress,
         )
         if superset.violations:
             status = 1

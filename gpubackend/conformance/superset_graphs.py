@@ -472,11 +472,13 @@ def _family_counts(count: int) -> dict[str, int]:
 def draw_family(name: str, count: int) -> list[SupersetGraph]:
     """``count`` graphs of one family, reproducibly (derandomised), outside any test runner."""
     graphs: list[SupersetGraph] = []
+    seen: set[tuple[str, bytes]] = set()
     if count <= 0:
         return graphs
 
     @settings(
-        max_examples=count,
+        # Hypothesis draws some graphs twice (the simplest first): draw more, keep distinct ones.
+        max_examples=count * 3,
         derandomize=True,
         database=None,
         deadline=None,
@@ -484,7 +486,9 @@ def draw_family(name: str, count: int) -> list[SupersetGraph]:
     )
     @given(FAMILIES[name])
     def collect(graph: SupersetGraph) -> None:
-        if len(graphs) < count:
+        key = (graph.description, b"".join(value.tobytes() for value in graph.values))
+        if len(graphs) < count and key not in seen:
+            seen.add(key)
             graphs.append(graph)
 
     collect()
