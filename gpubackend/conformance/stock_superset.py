@@ -45,7 +45,7 @@ import re
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -307,8 +307,13 @@ def _value_problems(
 
 
 def _path_verdict(
-    graph: SupersetGraph, path: str, stock: Outcome, ours: Outcome, dtypes: Sequence[str | None]
+    path: str,
+    stock: Outcome,
+    ours: Outcome,
+    dtypes: Sequence[str | None],
+    reference: Callable[[str], Outcome],
 ) -> tuple[Verdict, list[str]]:
+    """``path``'s verdict; ``reference(path)`` is FAST_COMPILE's outcome there."""
     context = f"stock: {stock.describe()}; ours: {ours.describe()}"
     if stock.error is None:
         assert stock.values is not None
@@ -320,7 +325,7 @@ def _path_verdict(
             return ("violation", problems) if problems else ("same", [])
         # Deliberate difference: a check violated while tracing raises the op's error, which
         # stock drops; FAST_COMPILE runs the check.
-        if _reference(graph, "function").error == ours.error:
+        if reference("function").error == ours.error:
             return "refined", []
         return "violation", [f"ours fails where stock runs ({context})"]
     if ours.error is not None:
@@ -341,19 +346,14 @@ def _path_verdict(
             return "refined", []
         return "violation", [f"another error than stock's ({context})"]
     assert ours.values is not None
-    reference = _reference(graph, path)
-    if reference.error is not None:
+    expected = reference(path)
+    if expected.error is not None:
         return "violation", [f"ours runs where stock and FAST_COMPILE fail ({context})"]
-    assert reference.values is not None
-    problems = _value_problems(ours.values, reference.values, dtypes, REFERENCE_TOLERANCE)
-    return (
-        ("violation", [f"against FAST_COMPILE, {p}" for p in problems])
-        if problems
-        else (
-            "added",
-            [],
-        )
-    )
+    assert expected.values is not None
+    problems = _value_problems(ours.values, expected.values, dtypes, REFERENCE_TOLERANCE)
+    if problems:
+        return "violation", [f"against FAST_COMPILE, {problem}" for problem in problems]
+    return "added", []
 
 
 def _replaced_op_types(fgraph: FunctionGraph) -> frozenset[str]:
@@ -398,33 +398,36 @@ def compare(
     comparison = Comparison(graph)
     dtypes: list[str | None] = [output.type.dtype for output in graph.outputs]
     op_types: set[str] = set()
+    references: dict[str, Outcome] = {}
+
+    def reference(path: str) -> Outcome:
+        # One FAST_COMPILE run per kind of path, and only where stock fails or ours raises.
+        kind = "forward" if path in ("function", "jit") else path
+        if kind not in references:
+            references[kind] = _reference(graph, path)
+        return references[kind]
+
     for path, rewrite in _variants(graph):
         name = f"{path}/{'rewritten' if rewrite else 'as built'}"
         with warnings.catch_warnings():
             if path == "function":
                 stock = _function_path(graph, "stock", rewrite)
-                with ours() if ours is not None else _nothing():
+                with ours() if ours is not None else nullcontext():
                     our_outcome = _function_path(graph, "gpubackend", rewrite)
             else:
                 stock, _ = _jaxified_path(graph, "stock", rewrite, path)
-                with ours() if ours is not None else _nothing():
+                with ours() if ours is not None else nullcontext():
                     our_outcome, seen = _jaxified_path(graph, "gpubackend", rewrite, path)
                 op_types |= seen
-        path_dtypes = (
-            dtypes if path != "grad" else [graph.values[graph.float_input or 0].dtype.name]
-        )
-        verdict, problems = _path_verdict(graph, path, stock, our_outcome, path_dtypes)
+        # A gradient has its input's dtype.
+        wrt = graph.inputs[graph.float_input or 0]
+        path_dtypes = [wrt.type.dtype] if path == "grad" else dtypes
+        verdict, problems = _path_verdict(path, stock, our_outcome, path_dtypes, reference)
         comparison.paths[name] = verdict
         comparison.failing_paths += stock.error is not None and our_outcome.error is not None
         comparison.problems += [f"{name}: {problem}" for problem in problems]
     comparison.op_types = frozenset(op_types)
     return comparison
-
-
-def _nothing() -> AbstractContextManager[Any]:
-    from contextlib import nullcontext
-
-    return nullcontext()
 
 
 # --- many graphs ----------------------------------------------------------------------------------
