@@ -139,7 +139,9 @@ def blockwise_indexing_graphs(draw: st.DrawFn) -> SupersetGraph:
     table_source = draw(
         st.sampled_from(["constant", "shared", "broadcastable input", "batched input", "core"])
     )
-    index_source = draw(st.sampled_from(["batched input", "broadcastable input", "constant"]))
+    index_source = draw(
+        st.sampled_from(["batched input", "broadcastable input", "constant", "batched constant"])
+    )
     sizes = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2)))
     reduce = draw(st.booleans())
 
@@ -169,7 +171,7 @@ def blockwise_indexing_graphs(draw: st.DrawFn) -> SupersetGraph:
         core = core.sum()
 
     builder = _Builder()
-    batched_indices = index_source == "batched input"
+    batched_indices = index_source.startswith("batched")
     replacements: dict[Variable, Variable] = {}
     if table_source == "core":
         replacements[table] = pt.constant(_floats(rng, core_shape), name="table")
@@ -189,7 +191,7 @@ def blockwise_indexing_graphs(draw: st.DrawFn) -> SupersetGraph:
         else:
             bound = core_shape[1] if variable.name == "column" else length
             value = rng.integers(-bound, bound, size=shape)
-        kind = "constant" if index_source == "constant" else "input"
+        kind = "constant" if index_source.endswith("constant") else "input"
         replacements[variable] = builder.source(
             kind, f"{variable.name}s", value, _static(shape, not batched_indices)
         )
@@ -256,6 +258,11 @@ def _index(kind: str, x: Variable, builder: _Builder, rng: np.random.Generator) 
         return (slice(None, None, -2),)
     if kind == "slice from the shape":
         return (slice(length // 2, None),)
+    if kind == "whole slice":
+        # Ours writes a whole-axis update without a scatter (`subtensor`).
+        return (slice(None),)
+    if kind == "slice to the length":
+        return (slice(0, length),)
     if kind == "slice from an input":
         return (slice(builder.source("input", "stop", np.asarray(rng.integers(0, 5)), ()), None),)
     if kind == "index array":
@@ -279,6 +286,8 @@ INDEX_KINDS = (
     "slice",
     "reversed slice",
     "slice from the shape",
+    "whole slice",
+    "slice to the length",
     "slice from an input",
     "index array",
     "index array input",
@@ -321,8 +330,15 @@ def indexing_graphs(draw: st.DrawFn) -> SupersetGraph:
         out = pt.set_subtensor(selected, y)
     else:
         out = pt.inc_subtensor(selected, y)
+    # Reversed afterwards: what Scan gradients do with an update (XLA once aborted on it).
+    reversed_after = out.type.ndim > 0 and draw(st.booleans())
+    if reversed_after:
+        out = out[::-1]
     outputs, wrapped = _maybe_in_ofg(draw, builder, [out])
-    description = f"{operation} x{list(shape)}[{kind}] with {update} update, x {x_source}{wrapped}"
+    description = (
+        f"{operation} x{list(shape)}[{kind}] with {update} update"
+        f"{', reversed' if reversed_after else ''}, x {x_source}{wrapped}"
+    )
     return builder.graph("indexing", description, outputs)
 
 
@@ -435,13 +451,23 @@ def check_graphs(draw: st.DrawFn) -> SupersetGraph:
 # --- Scan and OpFromGraph -----------------------------------------------------------------------
 
 
-def _scan_or_ofg(spec) -> SupersetGraph:
+@st.composite
+def scan_and_ofg_graphs(draw: st.DrawFn) -> SupersetGraph:
+    """The conformance suite's generated Scan/OpFromGraph graphs, with PyTensor's gradient of
+    their outputs' sum as one more output when drawn (Scan gradients write buffers with
+    IncSubtensor and read them reversed)."""
+    spec = draw(graph_specs())
     graph = build_generated(spec)
+    outputs = list(graph.outputs)
+    # One in four: a gradient's compiles cost several times the graph's.
+    with_gradient = draw(st.integers(0, 3)) == 0
+    if with_gradient:
+        total = sum(output.sum() for output in outputs)
+        outputs.append(pytensor.grad(total, graph.inputs[0], disconnected_inputs="ignore"))
     kind = type(spec).__name__.removesuffix("Spec")
     values = tuple(np.asarray(value) for value in graph.values)
-    return SupersetGraph(
-        "scan-ofg", f"{kind} {spec}", tuple(graph.inputs), tuple(graph.outputs), values, 0
-    )
+    description = f"{kind}{' with its gradient' if with_gradient else ''} {spec}"
+    return SupersetGraph("scan-ofg", description, tuple(graph.inputs), tuple(outputs), values, 0)
 
 
 FAMILIES: dict[str, st.SearchStrategy[SupersetGraph]] = {
@@ -451,7 +477,7 @@ FAMILIES: dict[str, st.SearchStrategy[SupersetGraph]] = {
     "reshape-arange": length_graphs(),
     "ifelse": ifelse_graphs(),
     "check-and-raise": check_graphs(),
-    "scan-ofg": graph_specs().map(_scan_or_ofg),
+    "scan-ofg": scan_and_ofg_graphs(),
 }
 """Each family's strategy."""
 SHARES = {"blockwise-indexing": 3, "indexing": 2}
