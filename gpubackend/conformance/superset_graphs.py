@@ -61,7 +61,9 @@ def _floats(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return rng.normal(size=shape).astype(FLOAT)
 
 
-def _source(kind: str, name: str, value: np.ndarray, static_shape: tuple[int | None, ...]):
+def _source(
+    kind: str, name: str, value: np.ndarray, static_shape: tuple[int | None, ...]
+) -> tuple[Variable, np.ndarray | None]:
     """A variable holding ``value``: a constant, a shared variable or an input (with its value)."""
     if kind == "constant":
         return pt.constant(value, name=name), None
@@ -78,7 +80,11 @@ class _Builder:
         self.values: list[np.ndarray] = []
         self.float_input: int | None = None
 
-    def add(self, variable: Variable, value: np.ndarray | None, differentiate: bool = False):
+    def add(
+        self, variable: Variable, value: np.ndarray | None, differentiate: bool = False
+    ) -> Variable:
+        """``variable``; an input (``value`` given) is recorded, and with ``differentiate`` is the
+        float input."""
         if value is not None:
             if differentiate:
                 self.float_input = len(self.inputs)
@@ -86,7 +92,14 @@ class _Builder:
             self.values.append(np.asarray(value, dtype=variable.type.dtype))
         return variable
 
-    def source(self, kind: str, name: str, value: np.ndarray, static_shape, differentiate=False):
+    def source(
+        self,
+        kind: str,
+        name: str,
+        value: np.ndarray,
+        static_shape: tuple[int | None, ...],
+        differentiate: bool = False,
+    ) -> Variable:
         variable, input_value = _source(kind, name, value, static_shape)
         return self.add(variable, input_value, differentiate)
 
@@ -101,7 +114,9 @@ class _Builder:
         )
 
 
-def _maybe_in_ofg(draw: st.DrawFn, builder: _Builder, outputs: list[Variable]) -> tuple:
+def _maybe_in_ofg(
+    draw: st.DrawFn, builder: _Builder, outputs: list[Variable]
+) -> tuple[list[Variable], str]:
     """The outputs, or the same computed by an OpFromGraph of the graph's inputs (drawn)."""
     if not builder.inputs or not draw(st.booleans()):
         return outputs, ""
