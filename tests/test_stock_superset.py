@@ -49,6 +49,7 @@ from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
 from gpubackend.conformance.catalogue import CaseGraph, select_cases
+from gpubackend.conformance.cli import main as conformance_main
 from gpubackend.conformance.stock_superset import compare, run_stock_superset
 from gpubackend.conformance.strategies import build_generated, graph_specs
 from gpubackend.conformance.superset_graphs import FAMILIES, SupersetGraph
@@ -494,3 +495,19 @@ def test_the_differential_checks_added_values_against_fast_compile() -> None:
     )
     assert comparison.verdict == "violation"
     assert any("against FAST_COMPILE" in text for text in comparison.problems)
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["ours", "numpy core value"])
+def test_the_cli_runs_the_differential_and_fails_on_a_violation(
+    tmp_path, monkeypatch, broken: bool
+) -> None:
+    """The first graphs drawn are a constant table read at batched indices (the regression of
+    issue 24) and a length-1-batched length."""
+    if broken:
+        monkeypatch.setattr(blockwise_lowering, "_core_value", _numpy_core_value)
+    arguments = ["--no-catalogue", "--stock-superset", "2", "--no-progress"]
+    status = conformance_main([*arguments, "--device", "cpu", "--out", str(tmp_path)])
+    summary = (tmp_path / "stock_superset.txt").read_text()
+    assert status == int(broken), summary
+    assert "blockwise-indexing" in summary and "blockwise-length" in summary
+    assert ("VIOLATION blockwise-indexing" in summary) == broken
