@@ -25,6 +25,7 @@ from gpubackend.conformance.reports import (
     write_and_summarise,
 )
 from gpubackend.conformance.runner import run_and_report
+from gpubackend.conformance.stock_superset import run_stock_superset_and_report
 from gpubackend.devices import DeviceNotFoundError
 
 
@@ -90,6 +91,16 @@ def _run_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="report the while-Scan differential's "
         "failures without making the exit status non-zero",
+    )
+    parser.add_argument(
+        "--stock-superset",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run N generated graphs with PyTensor's JAX lowerings and gpubackend's, "
+        "on the first --device, on every path (pytensor.function, jax_funcify under jit, vmap "
+        "and grad): counts per family and verdict in stock_superset.txt; a violation makes the "
+        "exit status non-zero",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -162,6 +173,16 @@ def _run(argv: list[str], console: Console) -> int:
             progress=not args.no_progress,
         )
         if report.failed and not args.while_report_only:
+            status = 1
+    if args.stock_superset:
+        superset = run_stock_superset_and_report(
+            args.stock_superset,
+            args.out,
+            console,
+            device=args.device[0],
+            progress=not args.no_progress,
+        )
+        if superset.violations:
             status = 1
     return status
 

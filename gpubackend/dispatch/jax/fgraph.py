@@ -7,11 +7,12 @@ so their results become tracers and ``arange``/``reshape``/``scan(length=...)``
 fail with "Shapes must be 1D sequences of concrete values".
 
 Here every node whose outputs are small integer or boolean tensors (the shape
-arithmetic) runs under `jax.ensure_compile_time_eval` when its inputs are
-concrete: it is evaluated at trace time, so each length is a Python value that
-``jax.jit`` specialises on, exactly as it already specialises on input shapes.
-A new length means a new input shape, hence a new trace; a stale length can
-never be reused. Nodes that see a tracer are staged as usual.
+arithmetic: scalars and vectors, also with length-1 batch dimensions) runs
+under `jax.ensure_compile_time_eval` when its inputs are concrete: it is
+evaluated at trace time, so each length is a Python value that ``jax.jit``
+specialises on, exactly as it already specialises on input shapes. A new
+length means a new input shape, hence a new trace; a stale length can never be
+reused. Nodes that see a tracer are staged as usual.
 
 A graph with a while-Scan whose trace PyTensor may trim to the steps taken is
 lowered by `while_scan` after the plan it makes for the graph: bounded traces
@@ -55,13 +56,22 @@ _GRAPH_ONLY_KWARGS = frozenset(
 
 
 def _is_shape_arithmetic(node: Apply) -> bool:
-    """Integer/boolean scalars or vectors computed by an op without an inner graph."""
+    """Integer/boolean scalars or vectors computed by an op without an inner graph.
+
+    A vector may have leading length-1 (broadcastable) dimensions: ``vectorize_graph`` turns a
+    shape vector built from a (1,)-batched length into a (1, k) matrix, which the Blockwise
+    lowering reduces to its core vector when it is concrete.
+    """
     if isinstance(node.op, HasInnerGraph):
         return False
     for output in node.outputs:
         dtype = getattr(output.type, "dtype", None)
-        ndim = getattr(output.type, "ndim", 0)
-        if dtype is None or np.dtype(dtype).kind not in _SHAPE_DTYPE_KINDS or ndim > 1:
+        broadcastable = getattr(output.type, "broadcastable", ())
+        if (
+            dtype is None
+            or np.dtype(dtype).kind not in _SHAPE_DTYPE_KINDS
+            or sum(not length_one for length_one in broadcastable) > 1
+        ):
             return False
     return True
 
