@@ -227,7 +227,7 @@ def test_cpu_leg_runs_the_while_scan_differential(tmp_path, flags, report_only):
     command = " ".join(result.stdout.split())
     assert "-m gpubackend conformance" in command and "--generated-while 18" in command
     assert ("--while-report-only" in command) == report_only
-    assert "--stock-superset 200" in command
+    assert "--stock-superset 100" in command
 
 
 @pytest.mark.parametrize(("flags", "report_only"), [(None, False), ("--while-report-only", True)])

@@ -126,9 +126,10 @@ def _merge(argv: list[str], console: Console) -> int:
 def _check_run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """What the arguments ask for together runs something (each alone is checked by its type=)."""
     runs_suite = not args.no_catalogue or args.generated
-    if not runs_suite and not args.generated_while:
+    if not runs_suite and not args.generated_while and not args.stock_superset:
         parser.error(
-            "--no-catalogue with neither --generated N nor --generated-while N runs nothing"
+            "--no-catalogue with none of --generated N, --generated-while N or --stock-superset N "
+            "runs nothing"
         )
     devices = " ".join(args.device)
     try:
