@@ -160,9 +160,11 @@ def check_divisible(
         )
 
 
-def place(host: np.ndarray, sharding: Sharding) -> jax.Array:
+def place(host: np.ndarray, sharding: Sharding, may_alias: bool | None = None) -> jax.Array:
     """Upload host data explicitly. Each process fills only the shards it addresses (multi-host
-    safe)."""
+    safe). ``may_alias=False`` copies where JAX could share the host buffer (the CPU)."""
     if sharding.is_fully_addressable:
-        return jax.device_put(host, sharding)
+        return jax.device_put(host, sharding, may_alias=may_alias)
+    if may_alias is False:
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index].copy())
     return jax.make_array_from_callback(host.shape, sharding, host.__getitem__)
