@@ -14,7 +14,8 @@ def register_lowerings() -> None:
     registers its own lowerings when it goes on, so none is lost either way.
     """
     # The optimize ops are registered by op type here; optimistix loads with the first one lowered.
-    from gpubackend.dispatch.jax import (  # noqa: F401  # noqa: F401
+    # truncated_normal registers on PyMC's op once PyMC is loaded, and never loads PyMC itself.
+    from gpubackend.dispatch.jax import (  # noqa: F401
         blockwise,
         check_and_raise,
         fgraph,
@@ -25,4 +26,5 @@ def register_lowerings() -> None:
         scan,
         shape,
         subtensor,
+        truncated_normal,
     )
