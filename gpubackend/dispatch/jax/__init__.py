@@ -20,6 +20,7 @@ def register_lowerings() -> None:
         check_and_raise,
         fgraph,
         ifelse,
+        incomplete_inverse,
         ofg,
         optimize,
         scalar_loop,
