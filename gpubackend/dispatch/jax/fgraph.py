@@ -42,6 +42,7 @@ from pytensor.graph.op import HasInnerGraph
 from pytensor.link.jax.dispatch.basic import jax_funcify, jax_typify
 from pytensor.link.utils import fgraph_to_python
 
+from gpubackend.dispatch.jax.boolean_masks import shape_keeping_lowerings
 from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, lowering_context
 from gpubackend.dispatch.jax.replacements import replaces
 from gpubackend.dispatch.jax.while_scan.graph import lowered_while_scan_graph
@@ -76,8 +77,14 @@ def _evaluated_when_concrete(fn: Callable) -> Callable:
     return shape_arithmetic
 
 
-def _funcify_node(op, node: Apply | None = None, **kwargs) -> Callable:
-    fn = jax_funcify(op, node=node, **kwargs)
+def _funcify_node(
+    op, node: Apply | None = None, *, graph_lowerings: dict[Apply, Callable], **kwargs
+) -> Callable:
+    """The node's lowering: ``jax_funcify``'s, unless the graph gives it its own (`boolean_masks`
+    lowers writes through a boolean mask from their place in the graph)."""
+    fn = graph_lowerings.get(node) if node is not None else None
+    if fn is None:
+        fn = jax_funcify(op, node=node, **kwargs)
     if node is not None and _is_shape_arithmetic(node):
         return _evaluated_when_concrete(fn)
     return fn
@@ -99,10 +106,11 @@ def jax_funcify_FunctionGraph(
         kwargs["order"] = fgraph.toposort()
     order = kwargs["order"]
     plan = plan_graph(fgraph, order, **node_kwargs)
+    graph_lowerings = shape_keeping_lowerings(fgraph)
     if plan is None:
         graph_fn = fgraph_to_python(
             fgraph,
-            _funcify_node,
+            functools.partial(_funcify_node, graph_lowerings=graph_lowerings),
             type_conversion_fn=jax_typify,
             fgraph_name=fgraph_name,
             **kwargs,
@@ -110,7 +118,7 @@ def jax_funcify_FunctionGraph(
         return _with_graph_dtypes(graph_fn, fgraph.outputs, squeezed)
 
     def default_fn(node: Apply) -> Callable:
-        return _funcify_node(node.op, node=node, **node_kwargs)
+        return _funcify_node(node.op, node=node, graph_lowerings=graph_lowerings, **node_kwargs)
 
     def constant(value):
         return jax_typify(value.data, variable=value)
