@@ -30,9 +30,6 @@ from jax.scipy.special import betainc, betaln, gammainc, gammaincc, gammaln, ndt
 from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.scalar.math import BetaIncInv, GammaIncCInv, GammaIncInv
 
-_LOGIT_EXACT = 30.0
-"""Beyond logit x = 30, x (or 1 - x, on the other side) is within 1e-13 of 1."""
-
 _MAX_NEWTON_STEPS = 60
 """Far more than needed (from these guesses, at most about 10): a stop, not a budget."""
 
@@ -43,11 +40,17 @@ def _float_arrays(*values) -> list[jax.Array]:
     return list(arrays)
 
 
-def _log_or(value: jax.Array, log_stand_in: jax.Array) -> jax.Array:
-    """log(value), or ``log_stand_in`` where value is within a factor 1024 of underflowing (XLA
-    flushes subnormals to 0, so the last digits before it are lost)."""
-    floor = jnp.finfo(value.dtype).tiny * 1024
-    return jnp.where(value > floor, jnp.log(jnp.maximum(value, floor)), log_stand_in)
+def _representable(value: jax.Array) -> jax.Array:
+    """Whether ``value`` is more than a factor 1024 from underflowing (XLA flushes subnormals to
+    0, so the last digits before it are lost): where it is not, a stand-in gives its log."""
+    return value > jnp.finfo(value.dtype).tiny * 1024
+
+
+def _newton_step(exact: jax.Array, log_value, slope, stand_in, stand_in_slope, log_target):
+    """The Newton step on log(value) - log_target: of the exact value where ``exact``, else of the
+    stand-in, each with its own derivative."""
+    log_value = jnp.where(exact, log_value, stand_in)
+    return (log_value - log_target) / jnp.where(exact, slope, stand_in_slope)
 
 
 def _newton(step: Callable[[jax.Array], jax.Array], start: jax.Array) -> jax.Array:
@@ -95,15 +98,26 @@ def _gamma_log_solution(a: jax.Array, p: jax.Array, q: jax.Array) -> jax.Array:
     def step(log_x):
         x = jnp.exp(log_x)
         value = jnp.where(lower, gammainc(a, x), gammaincc(a, x))
-        # Where the value underflows (a target near the smallest float, or an iterate beyond
-        # it), the leading terms of its series (lower) or asymptotic expansion (upper) stand in,
-        # so that Newton goes on towards the root instead of stalling on log(0).
-        lower_series = a * log_x - x - gammaln(a + 1) - jnp.log1p(-jnp.minimum(x / (a + 1), 0.5))
-        upper_series = (a - 1) * log_x - x - gammaln(a) - jnp.log1p(-jnp.minimum((a - 1) / x, 0.5))
-        log_value = _log_or(value, jnp.where(lower, lower_series, upper_series))
+        log_value = jnp.log(value)
         # d log(value) / d log x = x * density / value, signed.
-        log_slope = a * log_x - x - gammaln(a) - log_value
-        return (log_value - log_target) / (jnp.exp(log_slope) * jnp.where(lower, 1.0, -1.0))
+        slope = jnp.exp(a * log_x - x - gammaln(a) - log_value) * jnp.where(lower, 1.0, -1.0)
+        # Where the value underflows (a target near the smallest float, or an iterate beyond
+        # it), the leading terms of its series (lower: x^a e^-x / a! / (1 - x / (a + 1))) or
+        # asymptotic expansion (upper: x^(a-1) e^-x / (a-1)! / (1 - (a - 1) / x)) stand in, so
+        # that Newton goes on towards the root instead of stalling on log(0).
+        ratio = jnp.where(lower, jnp.minimum(x / (a + 1), 0.5), jnp.minimum((a - 1) / x, 0.5))
+        correction = -jnp.log1p(-ratio)
+        # d correction / d log x: the ratio grows as x (lower) or as 1 / x (upper).
+        correction_slope = jnp.where(ratio < 0.5, ratio / (1 - ratio), 0.0)
+        stand_in = (
+            jnp.where(lower, a * log_x - gammaln(a + 1), (a - 1) * log_x - gammaln(a))
+            - x
+            + correction
+        )
+        stand_in_slope = jnp.where(lower, a - x + correction_slope, (a - 1) - x - correction_slope)
+        return _newton_step(
+            _representable(value), log_value, slope, stand_in, stand_in_slope, log_target
+        )
 
     return _newton(step, start)
 
@@ -183,21 +197,26 @@ def _beta_logit_solution(a: jax.Array, b: jax.Array, p: jax.Array, q: jax.Array)
 
     def step(logit_x):
         log_x, log_1mx = jax.nn.log_sigmoid(logit_x), jax.nn.log_sigmoid(-logit_x)
-        # Each of I_x(a, b) and I_{1-x}(b, a) from the argument that is exact in floating point,
-        # x where it is small, 1 - x where x is near 1 (1 - x rounds x to 1 from about 1e-16).
-        at_x = betainc(a, b, jnp.exp(log_x))
-        at_1mx = betainc(b, a, jnp.exp(log_1mx))
-        cdf = jnp.where(logit_x < _LOGIT_EXACT, at_x, 1 - at_1mx)
-        survival = jnp.where(logit_x > -_LOGIT_EXACT, at_1mx, 1 - at_x)
-        # Where the value underflows, the leading term of its series stands in (as for gamma).
-        cdf_series = a * log_x + b * log_1mx - jnp.log(a) - log_beta
-        survival_series = a * log_x + b * log_1mx - jnp.log(b) - log_beta
-        log_value = _log_or(
-            jnp.where(lower, cdf, survival), jnp.where(lower, cdf_series, survival_series)
+        x, one_minus_x = jnp.exp(log_x), jnp.exp(log_1mx)
+        # betainc(a, b, x) computes 1 - I_{1-x}(b, a) beyond x = (a + 1) / (a + b + 2), with
+        # 1 - x rounded (x = 1e-12 would lose 4 digits), so each side of that point takes
+        # the call that does not: I_x(a, b) below it, I_{1-x}(b, a) above, and 1 minus it.
+        below = x <= (a + 1) / (a + b + 2)
+        direct = betainc(
+            jnp.where(below, a, b), jnp.where(below, b, a), jnp.where(below, x, one_minus_x)
         )
+        # The tail solved for is the one whose value is at most 1/2: it keeps its digits.
+        value = jnp.where(below == lower, direct, 1 - direct)
+        log_value = jnp.log(value)
         # d log(value) / d logit x = x^a (1 - x)^b / B(a, b) / value, signed.
-        log_slope = a * log_x + b * log_1mx - log_beta - log_value
-        return (log_value - log_target) / (sign * jnp.exp(log_slope))
+        slope = sign * jnp.exp(a * log_x + b * log_1mx - log_beta - log_value)
+        # Where the value underflows, the leading term of its series stands in (as for gamma):
+        # x^a (1 - x)^b / B(a, b) over a (lower) or b (upper).
+        stand_in = a * log_x + b * log_1mx - log_beta - jnp.log(jnp.where(lower, a, b))
+        stand_in_slope = a * jax.nn.sigmoid(-logit_x) - b * jax.nn.sigmoid(logit_x)
+        return _newton_step(
+            _representable(value), log_value, slope, stand_in, stand_in_slope, log_target
+        )
 
     return _newton(step, start)
 
