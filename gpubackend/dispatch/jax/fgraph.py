@@ -13,6 +13,10 @@ concrete: it is evaluated at trace time, so each length is a Python value that
 A new length means a new input shape, hence a new trace; a stale length can
 never be reused. Nodes that see a tracer are staged as usual.
 
+A write through a boolean mask known only at run time whose result keeps its shape is
+lowered from its place in the graph (`boolean_masks`): the graph decides whether the
+selections it reads feed nothing else.
+
 A graph with a while-Scan whose trace PyTensor may trim to the steps taken is
 lowered by `while_scan` after the plan it makes for the graph: bounded traces
 with their checks, or for a linker that reads back (JAX_GPU), step counts. It
