@@ -86,8 +86,8 @@ def _gamma_log_solution(a: jax.Array, p: jax.Array, q: jax.Array) -> jax.Array:
         (jnp.log(p) - jnp.log(t)) / a,
         jnp.log1p(-(jnp.log(q) - jnp.log1p(-t))),
     )
-    # For a > 1, Wilson-Hilferty; never right of the root in the lower tail, where x^a / a!
-    # bounds P from above (so log P grows from below to the root).
+    # For a > 1, Wilson-Hilferty, which falls far left in the lower tail; there the root of the
+    # power law x^a / a!, which bounds P from above, is never right of P's and serves as a floor.
     z = jnp.where(lower, ndtri(p), -ndtri(q))
     base = 1 - 1 / (9 * a) + z / (3 * jnp.sqrt(a))
     wilson_hilferty = jnp.log(a) + 3 * jnp.log(jnp.maximum(base, 1e-3))
@@ -191,7 +191,7 @@ def _beta_logit_solution(a: jax.Array, b: jax.Array, p: jax.Array, q: jax.Array)
         jnp.log(-jnp.expm1(log_1mx)) - log_1mx,
     )
     start = jnp.where((a >= 1) & (b >= 1), normal_guess, power_guess)
-    # The tail solved for in the variable of its own end: I_x(a, b) or I_{1-x}(b, a).
+    # The CDF grows with x, the survival function falls.
     sign = jnp.where(lower, 1.0, -1.0)
     log_beta = betaln(a, b)
 
