@@ -355,14 +355,28 @@ def test_a_call_whose_check_fails_leaves_the_shared_variables_as_they_were():
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)
-def test_a_boolean_mask_from_the_data_in_a_while_scan_is_refused_by_name(mode):
-    """PyMC's rejection sampling writes ``x[reject] = draw[reject]``: a data-dependent selection JAX
-    cannot trace."""
+def test_a_write_through_a_boolean_mask_from_the_data_in_a_while_scan_runs(mode):
+    """PyMC's rejection sampling writes ``x[reject] = draw[reject]``: the write keeps x's shape,
+    whatever the mask, so it runs (tests/test_jax_boolean_masks.py has the rule's cases)."""
     x0, limit = pt.vector("x0"), pt.scalar("limit")
 
     def redraw_small(x, limit):
         small = x < limit
         return pt.set_subtensor(x[small], 2 * x[small]), until(pt.all(~small))
+
+    xs = _scan(redraw_small, outputs_info=[x0], non_sequences=[limit], n_steps=20)
+    assert_matches_reference([x0, limit], [xs[-1]], [np.linspace(0.5, 2.0, 4), 3.0], mode)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_boolean_mask_from_the_data_in_a_while_scan_is_refused_by_name(mode):
+    """A value that needs the selection itself (a cumulative sum along the selected entries) has
+    the length the data decides, which JAX cannot trace."""
+    x0, limit = pt.vector("x0"), pt.scalar("limit")
+
+    def redraw_small(x, limit):
+        small = x < limit
+        return pt.set_subtensor(x[small], x[small].cumsum()), until(pt.all(~small))
 
     xs = _scan(redraw_small, outputs_info=[x0], non_sequences=[limit], n_steps=20)
     fn = pytensor.function([x0, limit], xs[-1], mode=mode)

@@ -20,15 +20,18 @@ def register_lowerings() -> None:
 
     warn_on_fork_after_jax()
     # The optimize ops are registered by op type here; optimistix loads with the first one lowered.
-    from gpubackend.dispatch.jax import (  # noqa: F401  # noqa: F401
+    # truncated_normal registers on PyMC's op once PyMC is loaded, and never loads PyMC itself.
+    from gpubackend.dispatch.jax import (  # noqa: F401
         blockwise,
         check_and_raise,
         fgraph,
         ifelse,
+        incomplete_inverse,
         ofg,
         optimize,
         scalar_loop,
         scan,
         shape,
         subtensor,
+        truncated_normal,
     )

@@ -14,6 +14,10 @@ specialises on, exactly as it already specialises on input shapes. A new
 length means a new input shape, hence a new trace; a stale length can never be
 reused. Nodes that see a tracer are staged as usual.
 
+A write through a boolean mask known only at run time whose result keeps its shape is
+lowered from its place in the graph (`boolean_masks`): the graph decides whether the
+selections it reads feed nothing else.
+
 A graph with a while-Scan whose trace PyTensor may trim to the steps taken is
 lowered by `while_scan` after the plan it makes for the graph: bounded traces
 with their checks, or for a linker that reads back (JAX_GPU), step counts. It
@@ -43,6 +47,7 @@ from pytensor.graph.op import HasInnerGraph
 from pytensor.link.jax.dispatch.basic import jax_funcify, jax_typify
 from pytensor.link.utils import fgraph_to_python
 
+from gpubackend.dispatch.jax.boolean_masks import shape_keeping_lowerings
 from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, lowering_context
 from gpubackend.dispatch.jax.replacements import replaces
 from gpubackend.dispatch.jax.while_scan.graph import lowered_while_scan_graph
@@ -114,8 +119,14 @@ def _integers_not_masks(fn: Callable, node: Apply) -> Callable:
     return integer_outputs
 
 
-def _funcify_node(op, node: Apply | None = None, **kwargs) -> Callable:
-    fn = jax_funcify(op, node=node, **kwargs)
+def _funcify_node(
+    op, node: Apply | None = None, *, graph_lowerings: dict[Apply, Callable], **kwargs
+) -> Callable:
+    """The node's lowering: ``jax_funcify``'s, unless the graph gives it its own (`boolean_masks`
+    lowers writes through a boolean mask from their place in the graph)."""
+    fn = graph_lowerings.get(node) if node is not None else None
+    if fn is None:
+        fn = jax_funcify(op, node=node, **kwargs)
     if node is None:
         return fn
     fn = _integers_not_masks(fn, node)
@@ -140,10 +151,11 @@ def jax_funcify_FunctionGraph(
         kwargs["order"] = fgraph.toposort()
     order = kwargs["order"]
     plan = plan_graph(fgraph, order, **node_kwargs)
+    graph_lowerings = shape_keeping_lowerings(fgraph)
     if plan is None:
         graph_fn = fgraph_to_python(
             fgraph,
-            _funcify_node,
+            functools.partial(_funcify_node, graph_lowerings=graph_lowerings),
             type_conversion_fn=jax_typify,
             fgraph_name=fgraph_name,
             **kwargs,
@@ -151,7 +163,7 @@ def jax_funcify_FunctionGraph(
         return _with_graph_dtypes(graph_fn, fgraph.outputs, squeezed)
 
     def default_fn(node: Apply) -> Callable:
-        return _funcify_node(node.op, node=node, **node_kwargs)
+        return _funcify_node(node.op, node=node, graph_lowerings=graph_lowerings, **node_kwargs)
 
     def constant(value):
         return jax_typify(value.data, variable=value)
