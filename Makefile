@@ -18,6 +18,9 @@ REPORTS ?= reports
 # generated graphs; a failing verdict fails the leg (WHILE_FLAGS=--while-report-only only reports it).
 WHILE_GRAPHS ?= 18
 WHILE_FLAGS ?=
+# The stock-superset differential run of each CI leg (README, "Stock supersets"): how many generated
+# graphs run with PyTensor's JAX lowerings and with gpubackend's; a violation fails the leg.
+SUPERSET_GRAPHS ?= 100
 
 .PHONY: venv run test lint bench conformance ci-legs constraints clean
 
@@ -45,18 +48,19 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
-# The CPU leg's conformance run: NUMBA on the host, JAX on simulated device cpu:1, and the while-Scan
-# differential run of every JAX path and NUMBA.
+# The CPU leg's conformance run: NUMBA on the host, JAX on simulated device cpu:1, the while-Scan
+# differential run of every JAX path and NUMBA, and the stock-superset differential.
 conformance: $(STAMP)
 	$(PY) -m gpubackend conformance --backend numba jax --device cpu cpu:1 --label "cpu leg" --out $(REPORTS)/cpu \
-		--generated-while $(WHILE_GRAPHS) $(WHILE_FLAGS)
+		--generated-while $(WHILE_GRAPHS) $(WHILE_FLAGS) --stock-superset $(SUPERSET_GRAPHS)
 
 # After `make test`, .ci/run runs this: the CPU leg's conformance run, the rehearsed
 # GPU leg, and the matrix that merges both, as the workflow's legs do. The rehearsed
 # leg's test session would repeat `make test` exactly (same simulated devices and
 # target), so it is skipped there.
 ci-legs: conformance
-	WHILE_GRAPHS=$(WHILE_GRAPHS) WHILE_FLAGS="$(WHILE_FLAGS)" ci/gpu/run.sh --simulate --no-pytest
+	WHILE_GRAPHS=$(WHILE_GRAPHS) WHILE_FLAGS="$(WHILE_FLAGS)" SUPERSET_GRAPHS=$(SUPERSET_GRAPHS) \
+		ci/gpu/run.sh --simulate --no-pytest
 	$(PY) -m gpubackend conformance merge $(REPORTS)/cpu/conformance.json $(REPORTS)/gpu-simulated/conformance.json --out $(REPORTS)/matrix
 
 # Resolve pyproject.toml's ranges afresh, with no constraints, in a throw-away virtualenv, and pin

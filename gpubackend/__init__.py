@@ -11,7 +11,11 @@ The public API is what ``__all__`` lists; everything else is internal.
 
 from gpubackend import dispatch, precision, rewrites  # noqa: F401  (importing them registers the lowerings and rewrites)
 from gpubackend.devices import DeviceNotFoundError, InputDeviceError, resolve_device
-from gpubackend.errors import DataDependentLengthError, ObjectModeFallbackWarning
+from gpubackend.errors import (
+    DataDependentLengthError,
+    ForkAfterJAXWarning,
+    ObjectModeFallbackWarning,
+)
 from gpubackend.linker import JAXGPULinker
 from gpubackend.mode import jax_gpu_mode, register, stock_jax_mode
 
@@ -21,6 +25,7 @@ precision.follow_floatx()
 __all__ = [
     "DataDependentLengthError",
     "DeviceNotFoundError",
+    "ForkAfterJAXWarning",
     "InputDeviceError",
     "JAXGPULinker",
     "ObjectModeFallbackWarning",

@@ -172,6 +172,19 @@ class StaticShapeInput:
         return f"{self.variable_type} (static)"
 
 
+class StaticSharedCell:
+    """A shared integer that JAX needs as a Python int (a length, such as a PyMC dim's), read
+    through the variable's own storage cell on every call: ``jax.jit`` keys its cache on it."""
+
+    __slots__ = ("cell",)
+
+    def __init__(self, cell: list):
+        self.cell = cell
+
+    def __getitem__(self, index: int) -> int:
+        return int(self.cell[index])
+
+
 _NO_VALUE = object()
 
 
@@ -182,9 +195,17 @@ class ResidentSharedCell:
     The shared variable's container belongs to the user and to every function
     compiled with it (NUMBA, C, FAST_COMPILE, stock JAX, JAX_GPU on another
     device), so the upload is kept here, not written back there: the container
-    keeps the host value everyone can read. The copy is keyed on the identity
-    of the value the container holds, so a call uploads only after that value
-    changed (``set_value``, or another function's update).
+    keeps the host value everyone can read.
+
+    What stays resident is what cannot change behind this function's back: a
+    ``jax.Array`` (immutable; what a JAX update leaves) or a read-only host
+    array is used as it is, or copied once to this function's devices, keyed
+    on its identity. A writeable host array is uploaded on every call: NUMBA
+    and C updates, and a user's ``v += 5`` on the array ``get_value(borrow=True)``
+    gave, write it in place, keeping its identity, and nothing tells this
+    function. Uploads are copies, never aliases (``may_alias=False``): on the
+    CPU JAX could otherwise share the buffer, which JAX assumes immutable and
+    others write.
 
     An updated shared variable gets the function's output, a ``jax.Array`` on
     this function's device(s), written into its container by ``Function``, as
@@ -213,6 +234,9 @@ class ResidentSharedCell:
 
     def __getitem__(self, index: int) -> jax.Array:
         value = self.cell[index]
+        if isinstance(value, np.ndarray) and value.flags.writeable:
+            check_divisible(np.shape(value), self.split_axis, self.sharding, self.label)
+            return place(value, self.sharding, may_alias=False)
         source, resident = self.device_copy
         # A copy this function donated in a call that failed before its update
         # was written back is uploaded again.
@@ -227,7 +251,7 @@ class ResidentSharedCell:
         check_divisible(np.shape(value), self.split_axis, self.sharding, self.label)
         if isinstance(value, jax.Array):
             return jax.device_put(value, self.sharding)
-        return place(np.asarray(value), self.sharding)
+        return place(np.asarray(value), self.sharding, may_alias=False)
 
 
 def _where(data: jax.Array) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
 if TYPE_CHECKING:
@@ -19,6 +20,40 @@ DEFAULT_DEVICE = "gpu"
 DeviceSpec = Union[str, "jax.Device"]
 
 _SPEC_PATTERN = re.compile(r"^(?P<platform>gpu|cpu)(?::(?P<index>\d+))?$")
+
+HOST_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+"""The XLA flag that makes JAX simulate several host devices (read once, when JAX starts)."""
+
+
+@dataclass(frozen=True)
+class DeviceSource:
+    """Where a device name was given, which is where the user changes it: a device error words its
+    advice for that place (a Python argument, the environment variable, a command-line flag)."""
+
+    given: str
+    """How a message says where the name came from (``from $GPUBACKEND_DEVICE``); empty where
+    the caller says it (argparse's ``argument --device:``)."""
+    forms: str
+    """The device names it accepts."""
+    choose_cpu: str
+    """How to ask for the CPU there."""
+    argument: str = "device"
+    """The Python argument a device of the wrong type was passed as."""
+
+
+_NAMES = "'gpu', 'gpu:N', 'cpu', 'cpu:N'"
+DEVICE_ARGUMENT = DeviceSource(
+    "given as device=", f"{_NAMES} or a jax.Device", "pass device='cpu' to jax_gpu_mode"
+)
+DEVICES_ARGUMENT = DeviceSource(
+    "in devices=",
+    f"{_NAMES} or a jax.Device",
+    "pass devices='cpu' to jax_gpu_mode (every CPU device)",
+    argument="devices",
+)
+DEVICE_ENVIRONMENT = DeviceSource(
+    f"from ${DEVICE_ENV_VAR}", "'gpu', 'gpu:N', 'cpu' or 'cpu:N'", f"set {DEVICE_ENV_VAR}=cpu"
+)
 
 
 class DeviceNotFoundError(RuntimeError):
@@ -53,27 +88,32 @@ def requested_device_spec(device: DeviceSpec | None) -> DeviceSpec:
     return os.environ.get(DEVICE_ENV_VAR, "").strip() or DEFAULT_DEVICE
 
 
-def resolve_device(device: DeviceSpec | None = None) -> jax.Device:
+def resolve_device(
+    device: DeviceSpec | None = None, *, source: DeviceSource | None = None
+) -> jax.Device:
     """Turn ``"gpu"``, ``"gpu:N"``, ``"cpu"``, ``"cpu:N"`` or a ``jax.Device`` into a device.
 
     Raises `DeviceNotFoundError` when the device does not exist, and
-    `ValueError` when the string is not one of the accepted forms.
+    `ValueError` when the string is not one of the accepted forms. ``source``
+    says where the name was given, for the errors' advice: by default the
+    ``device`` argument, or ``$GPUBACKEND_DEVICE`` when ``device`` is None.
     """
-    check_device_spec(device)
+    if source is None:
+        source = DEVICE_ARGUMENT if device is not None else DEVICE_ENVIRONMENT
+    check_device_spec(device, source.argument)
     spec = requested_device_spec(device)
     if not isinstance(spec, str):
         return spec
     match = _SPEC_PATTERN.match(spec.strip().lower())
     if match is None:
         raise ValueError(
-            f"Device {spec!r} is not understood: expected 'gpu', 'gpu:N', 'cpu', "
-            f"'cpu:N' or a jax.Device (set via the device argument or ${DEVICE_ENV_VAR})."
+            f"Device {spec!r} is not understood{_given(source)}: expected {source.forms}."
         )
     platform = match["platform"]
     index = int(match["index"] or 0)
     candidates = platform_devices(platform)
     if index >= len(candidates):
-        raise DeviceNotFoundError(_not_found_message(spec, platform))
+        raise DeviceNotFoundError(_not_found_message(spec, platform, index, source))
     return candidates[index]
 
 
@@ -102,17 +142,29 @@ def describe_device(device: jax.Device) -> str:
     return f"{device.platform}:{device.id} ({device.device_kind}, {kind})"
 
 
-def _not_found_message(spec: str, platform: str) -> str:
+def _not_found_message(spec: str, platform: str, index: int, source: DeviceSource) -> str:
     seen = ", ".join(describe_device(d) for d in visible_devices()) or "none"
-    return (
-        f"gpubackend: the requested device {spec!r} does not exist. "
-        f"JAX sees: {seen}. "
-        + (
-            "For NVIDIA GPUs install the CUDA extra: pip install "
-            "'gpubackend[cuda13]' (or 'gpubackend[cuda12]' for CUDA 12 drivers). "
-            if platform == "gpu"
-            else ""
+    message = f"gpubackend: the requested device {spec!r}{_given(source)} does not exist. "
+    message += f"JAX sees: {seen}. "
+    if platform == "cpu":
+        # JAX always has a host device, so only an index past the simulated ones gets here.
+        flag = f"{HOST_DEVICE_COUNT_FLAG}={index + 1}"
+        current = os.environ.get("XLA_FLAGS", "").strip()
+        setting = f"XLA_FLAGS={flag}"
+        if current:
+            setting = f"XLA_FLAGS to include {flag} (now {current!r})"
+        return message + (
+            f"To simulate {index + 1} host devices, set {setting} in the environment before JAX "
+            f"starts. To run on the CPU as it is, {source.choose_cpu}."
         )
-        + f"To run on the CPU on purpose, set {DEVICE_ENV_VAR}=cpu "
-        "(or pass device='cpu' to jax_gpu_mode)."
+    if n_gpus := len(platform_devices("gpu")):
+        return message + f"Name one of the {n_gpus} GPUs there are, gpu:0 to gpu:{n_gpus - 1}."
+    return message + (
+        "For NVIDIA GPUs install the CUDA extra: pip install "
+        "'gpubackend[cuda13]' (or 'gpubackend[cuda12]' for CUDA 12 drivers). "
+        f"To run on the CPU on purpose, {source.choose_cpu}."
     )
+
+
+def _given(source: DeviceSource) -> str:
+    return f" ({source.given})" if source.given else ""

@@ -15,3 +15,8 @@ class DataDependentLengthError(NotImplementedError):
 class ObjectModeFallbackWarning(UserWarning):
     """An optimize op runs scipy in Numba object mode: gpubackend has no native solver for its
     method and options."""
+
+
+class ForkAfterJAXWarning(RuntimeWarning):
+    """The process forks after JAX started its threads (`gpubackend.fork_safety`): the child may
+    hang; the message says how to spawn instead."""

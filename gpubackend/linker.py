@@ -175,9 +175,10 @@ class JAXGPULinker(DispatchingJAXLinker):
         from gpubackend.device_inputs import DeviceResidentInput, StaticShapeInput
 
         variable = self.fgraph.inputs[position]
-        if position in self.scalar_shape_inputs:
+        is_shared = isinstance(variable, SharedVariable)
+        if position in self.scalar_shape_inputs and not is_shared:
             container_type: StaticShapeInput | DeviceResidentInput = StaticShapeInput(variable.type)
-        elif hasattr(variable.type, "dtype") and not isinstance(variable, SharedVariable):
+        elif hasattr(variable.type, "dtype") and not is_shared:
             container_type = DeviceResidentInput(
                 variable.type,
                 variable.name,
@@ -200,20 +201,26 @@ class JAXGPULinker(DispatchingJAXLinker):
         )
 
     def create_thunk_inputs(self, storage_map):
-        from gpubackend.device_inputs import ResidentSharedCell
+        from gpubackend.device_inputs import ResidentSharedCell, StaticSharedCell
         from gpubackend.placement import input_label
 
         thunk_inputs = super().create_thunk_inputs(storage_map)
         placement = self.placement
-        return [
-            ResidentSharedCell(
+
+        def cell_for(position: int, variable, cell: list):
+            if not self._is_shared_array(variable):
+                return cell
+            if position in self.scalar_shape_inputs:
+                return StaticSharedCell(cell)
+            return ResidentSharedCell(
                 cell,
                 placement.input_shardings[position],
                 placement.split_axes[position],
                 input_label(variable.name, position),
             )
-            if self._is_shared_array(variable)
-            else cell
+
+        return [
+            cell_for(position, variable, cell)
             for position, (variable, cell) in enumerate(
                 zip(self.fgraph.inputs, thunk_inputs, strict=True)
             )

@@ -31,6 +31,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpubackend.conformance.arguments import OneLineParser, output_dir
+from gpubackend.conformance.reports import ReportsNotWrittenError
 from gpubackend.devices import describe_device, visible_devices
 from gpubackend.introspection import compiled_graph
 from gpubackend.mode import jax_gpu_mode
@@ -148,13 +150,19 @@ def print_runs(console: Console, runs: list[DemoRun]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="gpubackend run", description=__doc__)
+    parser = OneLineParser(prog="gpubackend run", description=__doc__)
     parser.add_argument("--out", default="reports", help="directory for the conformance reports")
     parser.add_argument("--skip-conformance", action="store_true")
     parser.add_argument(
         "--full", action="store_true", help="the whole conformance catalogue, not the quick subset"
     )
     args = parser.parse_args(argv)
+    if not args.skip_conformance:
+        # Before the demo and the suite run, whose results it would lose.
+        try:
+            output_dir(args.out)
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"argument --out: {error}")
     console = Console(width=max(Console().width, 150))
 
     console.rule("gpubackend main job")
@@ -185,14 +193,18 @@ def main(argv: list[str]) -> int:
 
     devices = ["cpu", *(f"{d.platform}:{d.id}" for d in visible_devices())]
     cases = list(CATALOGUE.values()) if args.full else [CATALOGUE[name] for name in QUICK_CASES]
-    status = run_and_report(
-        backends=["numba", "jax"],
-        devices=devices,
-        out_dir=Path(args.out),
-        label="main job",
-        console=console,
-        cases=cases,
-    )
+    try:
+        status = run_and_report(
+            backends=["numba", "jax"],
+            devices=devices,
+            out_dir=Path(args.out),
+            label="main job",
+            console=console,
+            cases=cases,
+        )
+    except ReportsNotWrittenError as error:
+        console.print(f"[red]{escape(str(error))}[/red]")
+        return 1
     if not args.full:
         console.print(
             f"Conformance ran the quick subset: {len(cases)} "

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 from pytensor.graph.basic import Variable
 
-from gpubackend.devices import DeviceSpec, platform_devices, resolve_device
+from gpubackend.devices import DEVICES_ARGUMENT, DeviceSpec, platform_devices, resolve_device
 
 MESH_AXIS = "devices"
 
@@ -29,13 +30,19 @@ def resolve_devices(devices: DevicesSpec) -> list[jax.Device]:
     if isinstance(devices, str) and devices in ("gpu", "cpu"):
         found = platform_devices(devices)
         if not found:
-            resolve_device(devices)  # raises DeviceNotFoundError with the full message
+            # Raises DeviceNotFoundError with the full message.
+            resolve_device(devices, source=DEVICES_ARGUMENT)
         return found
-    if isinstance(devices, str):
+    if isinstance(devices, str) or not isinstance(devices, Sequence):
         raise ValueError(
             f"devices={devices!r}: expected 'gpu', 'cpu' or a list of device names or jax.Devices."
         )
-    resolved = [resolve_device(device) for device in devices]
+    if not devices:
+        raise ValueError(
+            "devices=[] names no device: expected 'gpu', 'cpu' or a non-empty list of device "
+            "names or jax.Devices (for one device, pass device= instead)."
+        )
+    resolved = [resolve_device(device, source=DEVICES_ARGUMENT) for device in devices]
     if len(set(resolved)) != len(resolved):
         raise ValueError(f"devices={list(devices)!r} names the same device twice.")
     return resolved
@@ -112,14 +119,28 @@ def _split_axis_by_input(shard: ShardSpec, inputs: Sequence[Variable]) -> dict[i
                 "several inputs; pass the variable instead."
             )
         [position] = positions
-        ndim = getattr(inputs[position].type, "ndim", 0)
-        if not isinstance(axis, int) or not 0 <= axis < ndim:
-            raise ValueError(
-                f"shard[{key!r}] = {axis!r}: the input has {ndim} "
-                f"dimensions, so the axis must be in 0..{ndim - 1}."
-            )
-        axis_by_input[position] = axis
+        axis_by_input[position] = _split_axis(key, axis, getattr(inputs[position].type, "ndim", 0))
     return axis_by_input
+
+
+def _split_axis(key: object, axis: object, ndim: int) -> int:
+    """``shard[key]``, checked: an integer axis of an input with ``ndim`` dimensions."""
+    if isinstance(axis, bool) or not isinstance(axis, Integral):
+        raise ValueError(
+            f"shard[{key!r}] = {axis!r}: expected an integer axis to split the input along, "
+            f"got a {type(axis).__name__}."
+        )
+    if ndim == 0:
+        raise ValueError(
+            f"shard[{key!r}] = {axis!r}: the input is a scalar (0 dimensions), so it has no axis "
+            "to split; leave it out of shard to replicate it."
+        )
+    if not 0 <= int(axis) < ndim:
+        raise ValueError(
+            f"shard[{key!r}] = {axis!r}: the input has {ndim} "
+            f"dimensions, so the axis must be in 0..{ndim - 1}."
+        )
+    return int(axis)
 
 
 def input_label(name: str | None, position: int) -> str:
@@ -139,9 +160,11 @@ def check_divisible(
         )
 
 
-def place(host: np.ndarray, sharding: Sharding) -> jax.Array:
+def place(host: np.ndarray, sharding: Sharding, may_alias: bool | None = None) -> jax.Array:
     """Upload host data explicitly. Each process fills only the shards it addresses (multi-host
-    safe)."""
+    safe). ``may_alias=False`` copies where JAX could share the host buffer (the CPU)."""
     if sharding.is_fully_addressable:
-        return jax.device_put(host, sharding)
+        return jax.device_put(host, sharding, may_alias=may_alias)
+    if may_alias is False:
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index].copy())
     return jax.make_array_from_callback(host.shape, sharding, host.__getitem__)

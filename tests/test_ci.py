@@ -202,6 +202,10 @@ def test_gpu_leg_uses_a_provisioned_python_and_names_what_it_lacks(tmp_path):
     assert "lacks: pytensor, jax, numba, optimistix" in result.stderr
 
 
+LEG_BUDGETS = ("WHILE_GRAPHS", "WHILE_FLAGS", "SUPERSET_GRAPHS")
+"""The environment that sets the CI legs' differential runs; the tests check the defaults."""
+
+
 @pytest.mark.parametrize(("flags", "report_only"), [(None, False), ("--while-report-only", True)])
 def test_cpu_leg_runs_the_while_scan_differential(tmp_path, flags, report_only):
     # A stamp newer than pyproject.toml and the constraints: the virtualenv counts as built, so the
@@ -210,7 +214,7 @@ def test_cpu_leg_runs_the_while_scan_differential(tmp_path, flags, report_only):
     stamp = tmp_path / "stamp"
     stamp.touch()
     overrides = [f"STAMP={stamp}"] + ([] if flags is None else [f"WHILE_FLAGS={flags}"])
-    env = {k: v for k, v in os.environ.items() if k not in ("WHILE_GRAPHS", "WHILE_FLAGS")}
+    env = {k: v for k, v in os.environ.items() if k not in LEG_BUDGETS}
     result = subprocess.run(
         ["make", "-n", "conformance", *overrides],
         cwd=REPO,
@@ -223,6 +227,7 @@ def test_cpu_leg_runs_the_while_scan_differential(tmp_path, flags, report_only):
     command = " ".join(result.stdout.split())
     assert "-m gpubackend conformance" in command and "--generated-while 18" in command
     assert ("--while-report-only" in command) == report_only
+    assert "--stock-superset 100" in command
 
 
 @pytest.mark.parametrize(("flags", "report_only"), [(None, False), ("--while-report-only", True)])
@@ -232,7 +237,7 @@ def test_gpu_leg_runs_the_while_scan_differential_on_the_jax_paths(tmp_path, fla
     fake = tmp_path / "python"
     fake.write_text(f'#!/bin/sh\nif [ "$1" = "-m" ]; then echo "$@" >> {recorded}; fi\necho 0\n')
     fake.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("WHILE_GRAPHS", "WHILE_FLAGS")}
+    env = {k: v for k, v in os.environ.items() if k not in LEG_BUDGETS}
     env["REPORTS"] = str(tmp_path / "reports")
     if flags is not None:
         env["WHILE_FLAGS"] = flags
@@ -248,3 +253,4 @@ def test_gpu_leg_runs_the_while_scan_differential_on_the_jax_paths(tmp_path, fla
     command = recorded.read_text()
     assert "--generated-while 18 --while-modes jax jax-registered jaxified" in command
     assert ("--while-report-only" in command) == report_only
+    assert "--stock-superset 200" in command

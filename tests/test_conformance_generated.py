@@ -11,6 +11,7 @@ from gpubackend.conformance.backends import BACKENDS
 from gpubackend.conformance.results import PASS
 from gpubackend.conformance.runner import prepare, run_on
 from gpubackend.conformance.strategies import OFGSpec, ScanSpec, draw_specs, graph_specs, spec_case
+from gpubackend.conformance.while_scan_graphs import draw_while_specs
 from gpubackend.devices import DEVICE_ENV_VAR
 
 CHECKED = {"numerics", "canonical_intact", "rewrite_free"}
@@ -45,3 +46,13 @@ def test_draw_specs_is_reproducible_and_distinct() -> None:
     first, second = draw_specs(4), draw_specs(4)
     assert first == second
     assert len(set(first)) == 4
+
+
+@pytest.mark.parametrize("draw", [draw_specs, draw_while_specs])
+def test_a_negative_number_of_graphs_is_refused_by_name(draw) -> None:
+    # Not Hypothesis's "max_examples=-3 must be at least one".
+    with pytest.raises(
+        ValueError, match=r"count=-1: expected a number of graphs to draw, 0 or more"
+    ):
+        draw(-1)
+    assert draw(0) == []

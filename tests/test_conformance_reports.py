@@ -170,9 +170,8 @@ def test_run_and_report_is_the_main_jobs_entry(tmp_path):
 
 
 def test_cli_names_a_missing_device_instead_of_failing_every_case(tmp_path, capsys):
-    assert (
+    with pytest.raises(SystemExit) as exit_info:
         main(["--backend", "jax", "--device", "cpu:7", "--out", str(tmp_path), "--no-progress"])
-        == 2
-    )
+    assert exit_info.value.code == 2
     assert "cpu:7" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())

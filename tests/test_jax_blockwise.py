@@ -18,7 +18,7 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import JAX, Mode
 from pytensor.graph.fg import FunctionGraph
-from pytensor.graph.replace import vectorize_graph
+from pytensor.graph.replace import clone_replace, vectorize_graph
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.link.jax.linker import JAXLinker
 from pytensor.tensor.blockwise import Blockwise
@@ -109,3 +109,22 @@ def test_a_constant_table_indexed_by_a_batched_index_under_jit_vmap_and_grad(gra
     np.testing.assert_allclose(
         jax.jit(jax.grad(total))(weights, first), reference / weights, rtol=1e-12
     )
+
+
+def test_a_vectorised_reshape_of_a_shared_length_runs_jaxified() -> None:
+    """``arange(2 n).reshape((n, 2))`` vectorised with ``n`` a shared (1,) vector, made a constant
+    as ``get_jaxified_graph`` does: the shape vector is a (1, 2) matrix, concrete while tracing.
+
+    Stock refuses the arange while lowering. Ours accepts it, and used to refuse the reshape
+    (another error than stock's) because its shape matrix was staged rather than evaluated.
+    """
+    n_core, w = pt.scalar("n", dtype="int64"), pt.scalar("w")
+    length = pytensor.shared(np.array([2]), shape=(1,), name="n")
+    weights = pt.vector("weights")
+    core = pt.arange(n_core * 2).reshape((n_core, 2)) * w
+    batched = vectorize_graph(core, {n_core: length, w: weights})
+    constant_length = clone_replace([batched], {length: pt.constant(length.get_value())})
+    graph_fn = jax_funcify(FunctionGraph([weights], constant_length, clone=True))
+    values = np.array([1.0, -2.0, 0.5])
+    reference = pytensor.function([weights], batched, mode="FAST_COMPILE")(values)
+    np.testing.assert_array_equal(np.asarray(jax.jit(graph_fn)(values)[0]), reference)

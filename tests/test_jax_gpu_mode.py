@@ -174,7 +174,9 @@ def test_missing_gpu_raises_device_not_found():
     message = str(excinfo.value)
     assert "cpu:0" in message and "cpu:1" in message
     assert "gpubackend[cuda13]" in message and "gpubackend[cuda12]" in message
-    assert "GPUBACKEND_DEVICE=cpu" in message
+    # The device was passed to jax_gpu_mode, where $GPUBACKEND_DEVICE is not read.
+    assert "pass device='cpu' to jax_gpu_mode" in message
+    assert "GPUBACKEND_DEVICE" not in message
     assert isinstance(excinfo.value, RuntimeError)
 
 
@@ -182,6 +184,27 @@ def test_missing_gpu_raises_device_not_found():
 def test_out_of_range_device_raises_device_not_found(spec):
     with pytest.raises(DeviceNotFoundError, match=f"'{spec}'"):
         gpubackend.resolve_device(spec)
+
+
+def test_a_host_device_past_the_simulated_ones_names_the_xla_flag_that_makes_it():
+    with pytest.raises(DeviceNotFoundError) as excinfo:
+        gpubackend.resolve_device("cpu:7")
+    message = str(excinfo.value)
+    assert "'cpu:7' (given as device=) does not exist" in message
+    assert "--xla_force_host_platform_device_count=8" in message
+    assert "before JAX starts" in message
+    assert "pass device='cpu' to jax_gpu_mode" in message
+
+
+def test_a_missing_device_from_the_environment_says_so_and_how_to_change_it(monkeypatch):
+    monkeypatch.setenv("GPUBACKEND_DEVICE", "cpu:7")
+    x = pt.vector("x")
+    with pytest.raises(DeviceNotFoundError) as excinfo:
+        pytensor.function([x], x + 1, mode="JAX_GPU")
+    message = str(excinfo.value)
+    assert "'cpu:7' (from $GPUBACKEND_DEVICE) does not exist" in message
+    assert "--xla_force_host_platform_device_count=8" in message
+    assert message.endswith("set GPUBACKEND_DEVICE=cpu.")
 
 
 def test_malformed_device_string_is_a_value_error():

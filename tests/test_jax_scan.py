@@ -117,10 +117,12 @@ def test_full_trace_and_gradient_of_a_while_scan_under_jax_gpu():
 
 def test_full_trace_of_a_while_scan_is_refused_by_stock_jax_with_a_clear_error():
     x0, limit = pt.scalar("x0"), pt.scalar("limit")
+    # Refused when the call traces: only then do the bounds say whether the length is known.
+    fn = pytensor.function([x0, limit], _doubling_until(x0, limit), mode="JAX")
     with pytest.raises(
         DataDependentLengthError, match=r"data-dependent shape.*JAX_GPU.*trace\[-1\]"
     ):
-        pytensor.function([x0, limit], _doubling_until(x0, limit), mode="JAX")
+        fn(1.0, 100.0)
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)
@@ -191,6 +193,84 @@ def test_integer_input_used_as_a_length_specialises_the_compiled_function(mode):
         values = [np.asarray(steps), np.array([0.5, 2.0]), np.asarray(2)]
         for got, want in zip(fn(*values), reference_fn(*values), strict=True):
             np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_shared_integer_used_as_a_length_specialises_the_compiled_function(mode):
+    """A PyMC dim's length lives in a shared variable (``model.dim_lengths``): ``arange(length)``
+    and ``zeros((length, 2))`` follow each ``set_value``, as with an integer input."""
+    length, x = pytensor.shared(np.int64(3), name="length"), pt.vector("x")
+    outputs = [pt.arange(length) * x.sum(), pt.zeros((length, 2)) + 1.0]
+    fn = pytensor.function([x], outputs, mode=mode)
+    reference_fn = pytensor.function([x], outputs, mode="FAST_COMPILE")
+    for steps in (3, 5, 3):
+        length.set_value(np.int64(steps))
+        for got, want in zip(
+            fn(np.array([0.5, 2.0])), reference_fn(np.array([0.5, 2.0])), strict=True
+        ):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+            assert np.shape(got) == np.shape(want)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_while_scan_length_in_a_three_operand_integer_add(mode):
+    """PyTensor fuses ``n + b + c`` into one 3-input scalar Add; its bounds are the sum of all
+    three (a binary ``np.add`` took the third operand as its ``out``: pymc-extras' convergent
+    Kalman filter failed so)."""
+    x0, a = pt.vector("x0"), pt.vector("a")
+    b, c = pt.lscalar("b"), pt.lscalar("c")
+    roots = _newton_sqrt(x0, a)
+    length = roots.shape[0]
+    outputs = [length + b + c, pt.zeros(length + 1 + 2).shape[0] * b, roots[-1].sum()]
+    values = [np.ones(3), np.array([2.0, 3.0, 40.0]), np.asarray(2), np.asarray(3)]
+    assert_matches_reference([x0, a, b, c], outputs, values, mode)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_an_integer_reduction_with_exact_bounds_of_a_while_scan_length(mode):
+    """A reduction whose operand's bounds pin it down is evaluated while tracing (its bounds are
+    numpy), not staged: a staged one reached numpy as a tracer."""
+    x0 = pt.matrix("x0")
+    decay = _scan(
+        lambda x: (x * 0.9, until(pt.max(pt.abs(x * 0.9)) < 1e-3)),
+        outputs_info=[x0],
+        n_steps=1000,
+    )
+    pinned = pt.minimum(decay.shape[0], 0) + 5
+    size = pt.stack([pinned, pt.constant(3, dtype="int64")]).max()
+    outputs = [decay[-1].sum() * size, pt.zeros(size).shape[0] + decay.shape[0]]
+    assert_matches_reference([x0], outputs, [np.ones((2, 3))], mode)
+
+
+def _head_and_tail(x0, n: int = 20):
+    """A while-Scan until the state settles, then a for-Scan over the steps left (the shape of
+    pymc-extras' convergent Kalman filter): the two traces joined have length ``n`` always."""
+    head = _scan(lambda x: (x * 0.5, until(pt.abs(x * 0.5) < 1e-3)), outputs_info=[x0], n_steps=n)
+    tail = _scan(lambda x: x * 0.5, outputs_info=[head[-1]], n_steps=n - head.shape[0])
+    return pt.concatenate([head, tail])
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_while_scan_head_joined_to_a_for_scan_over_the_steps_left_has_a_static_length(mode):
+    x0 = pt.scalar("x0")
+    full = _head_and_tail(x0)
+    for start in (1.0, 1e-4):
+        assert_matches_reference([x0], [full, full.sum()], [np.asarray(start)], mode)
+
+
+def test_a_while_scan_head_joined_to_a_for_scan_over_the_steps_left_on_the_jaxified_path():
+    import jax
+    from pytensor.compile.mode import JAX
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.link.jax.dispatch import jax_funcify
+
+    x0 = pt.scalar("x0")
+    full = _head_and_tail(x0)
+    fgraph = FunctionGraph([x0], [full], clone=True)
+    JAX.optimizer.rewrite(fgraph)
+    lowered = jax.jit(jax_funcify(fgraph))
+    want = pytensor.function([x0], full, mode="FAST_COMPILE")(1.0)
+    np.testing.assert_allclose(np.asarray(lowered(1.0)[0]), want, rtol=1e-12)
 
 
 SECOND_ORDER_SCAN_GRADIENT = """
@@ -275,14 +355,28 @@ def test_a_call_whose_check_fails_leaves_the_shared_variables_as_they_were():
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)
-def test_a_boolean_mask_from_the_data_in_a_while_scan_is_refused_by_name(mode):
-    """PyMC's rejection sampling writes ``x[reject] = draw[reject]``: a data-dependent selection JAX
-    cannot trace."""
+def test_a_write_through_a_boolean_mask_from_the_data_in_a_while_scan_runs(mode):
+    """PyMC's rejection sampling writes ``x[reject] = draw[reject]``: the write keeps x's shape,
+    whatever the mask, so it runs (tests/test_jax_boolean_masks.py has the rule's cases)."""
     x0, limit = pt.vector("x0"), pt.scalar("limit")
 
     def redraw_small(x, limit):
         small = x < limit
         return pt.set_subtensor(x[small], 2 * x[small]), until(pt.all(~small))
+
+    xs = _scan(redraw_small, outputs_info=[x0], non_sequences=[limit], n_steps=20)
+    assert_matches_reference([x0, limit], [xs[-1]], [np.linspace(0.5, 2.0, 4), 3.0], mode)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_boolean_mask_from_the_data_in_a_while_scan_is_refused_by_name(mode):
+    """A value that needs the selection itself (a cumulative sum along the selected entries) has
+    the length the data decides, which JAX cannot trace."""
+    x0, limit = pt.vector("x0"), pt.scalar("limit")
+
+    def redraw_small(x, limit):
+        small = x < limit
+        return pt.set_subtensor(x[small], x[small].cumsum()), until(pt.all(~small))
 
     xs = _scan(redraw_small, outputs_info=[x0], non_sequences=[limit], n_steps=20)
     fn = pytensor.function([x0, limit], xs[-1], mode=mode)

@@ -132,9 +132,34 @@ def test_shard_axis_out_of_range_is_rejected():
         pytensor.function([x], x * 2, mode=jax_gpu_mode(devices="cpu", shard={x: 1}))
 
 
+def test_shard_axis_that_is_not_an_integer_is_rejected_as_such():
+    x = pt.vector("x")
+    with pytest.raises(ValueError, match=r"shard\['x'\] = 'a': expected an integer axis.*a str"):
+        pytensor.function([x], x * 2, mode=jax_gpu_mode(devices="cpu", shard={"x": "a"}))
+
+
+def test_shard_axis_of_a_scalar_is_rejected_as_such():
+    y = pt.scalar("y")
+    with pytest.raises(ValueError, match=r"the input is a scalar \(0 dimensions\)"):
+        pytensor.function([y], y * 2, mode=jax_gpu_mode(devices="cpu", shard={"y": 0}))
+
+
+def test_shard_axis_may_be_a_numpy_integer():
+    x = pt.vector("x")
+    mode = jax_gpu_mode(devices="cpu", shard={"x": np.int64(0)})
+    fn = pytensor.function([x], x * 2, mode=mode)
+    np.testing.assert_allclose(np.asarray(fn(np.arange(4.0))), np.arange(4.0) * 2)
+
+
+def test_an_empty_list_of_devices_is_rejected_by_name():
+    x = pt.vector("x")
+    with pytest.raises(ValueError, match=r"devices=\[\] names no device"):
+        pytensor.function([x], x * 2, mode=jax_gpu_mode(devices=[]))
+
+
 def test_missing_devices_are_rejected():
     x = pt.vector("x")
-    with pytest.raises(DeviceNotFoundError, match="'cpu:9'"):
+    with pytest.raises(DeviceNotFoundError, match=r"'cpu:9' \(in devices=\).*count=10"):
         pytensor.function([x], x * 2, mode=jax_gpu_mode(devices=["cpu:0", "cpu:9"], shard={x: 0}))
     with pytest.raises(DeviceNotFoundError, match="'gpu:99'"):
         pytensor.function([x], x * 2, mode=jax_gpu_mode(devices=["gpu:99"], shard={x: 0}))

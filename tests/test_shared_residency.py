@@ -130,3 +130,80 @@ def test_donated_update_leaves_the_host_array_it_was_uploaded_from():
     step(np.ones(3))
     np.testing.assert_array_equal(initial, np.zeros(3))
     np.testing.assert_allclose(np.asarray(acc.get_value()), [2.0, 2.0, 2.0])
+
+
+# --- Host values written in place by other modes (issue 27) ------------------------------------
+# NUMBA and C update a shared array in place, keeping its identity, and a user may edit the array
+# get_value(borrow=True) gave. Each test first shows the write kept the identity (the case a
+# cache keyed on identity misses), and reads from JAX_GPU before and after, so an upload that
+# aliased the host buffer (possible on the CPU) could not hide a stale device copy either: the
+# value read before must not change, the one read after must be new.
+
+IN_PLACE_WRITERS = ["NUMBA", "FAST_RUN", pytest.param(Mode(linker="cvm"), id="cvm")]
+
+
+def _writes_in_place(shared, write) -> None:
+    before = shared.get_value(borrow=True)
+    write()
+    assert shared.get_value(borrow=True) is before, "the writer must update in place"
+
+
+@pytest.mark.parametrize("writer", IN_PLACE_WRITERS)
+def test_jax_gpu_reads_what_an_in_place_update_of_another_mode_wrote(writer):
+    u = pytensor.shared(np.zeros(4), name="u")
+    bump = pytensor.function([], [], updates={u: u + 1.5}, mode=writer)
+    read = pytensor.function([], u.sum(), mode="JAX_GPU")
+    first = read()
+    _writes_in_place(u, bump)
+    _writes_in_place(u, bump)
+    assert float(np.asarray(read())) == 12.0
+    assert float(np.asarray(first)) == 0.0
+
+
+@pytest.mark.parametrize("writer", IN_PLACE_WRITERS)
+def test_jax_gpu_reads_what_an_in_place_set_subtensor_of_another_mode_wrote(writer):
+    u = pytensor.shared(np.arange(4.0), name="u")
+    write = pytensor.function([], [], updates={u: pt.set_subtensor(u[1], 13.0)}, mode=writer)
+    read = pytensor.function([], u.sum(), mode="JAX_GPU")
+    assert float(np.asarray(read())) == 6.0
+    _writes_in_place(u, write)
+    assert float(np.asarray(read())) == 0.0 + 13.0 + 2.0 + 3.0
+
+
+def test_jax_gpu_reads_a_borrowed_array_edited_in_place_and_set_again():
+    s = pytensor.shared(np.zeros(3), name="s")
+    read = pytensor.function([], s.sum(), mode="JAX_GPU")
+    assert float(np.asarray(read())) == 0.0
+    v = s.get_value(borrow=True)
+    v += 5
+    s.set_value(v, borrow=True)
+    assert s.get_value(borrow=True) is v
+    assert float(np.asarray(read())) == 15.0
+
+
+def test_an_output_read_before_an_in_place_write_keeps_its_value():
+    """No device buffer JAX_GPU made shares memory with a host array others write."""
+    u = pytensor.shared(np.ones(4), name="u")
+    read = pytensor.function([], u * 1.0, mode="JAX_GPU")
+    bump = pytensor.function([], [], updates={u: u + 1.0}, mode="NUMBA")
+    before = read()
+    _writes_in_place(u, bump)
+    np.testing.assert_array_equal(np.asarray(before), np.ones(4))
+    np.testing.assert_array_equal(np.asarray(read()), np.full(4, 2.0))
+
+
+def test_a_read_only_host_value_stays_resident(target_device):
+    """The residency win where it is safe: a read-only array cannot be written in place, so it is
+    uploaded once (a jax.Array a JAX update leaves is tested above)."""
+    weights = np.arange(3.0)
+    weights.setflags(write=False)
+    w = pytensor.shared(weights, name="w", borrow=True)
+    read = pytensor.function([], w * 2.0, mode=jax_gpu_mode(device=target_device))
+    np.testing.assert_array_equal(np.asarray(read()), [0.0, 2.0, 4.0])
+    with jax.transfer_guard("disallow_explicit"):
+        np.testing.assert_array_equal(np.asarray(read()), [0.0, 2.0, 4.0])
+    writeable = pytensor.shared(np.arange(3.0), name="writeable")
+    read_writeable = pytensor.function([], writeable * 2.0, mode=jax_gpu_mode(device=target_device))
+    read_writeable()
+    with pytest.raises(Exception, match=r"(?i)transfer"), jax.transfer_guard("disallow_explicit"):
+        read_writeable()

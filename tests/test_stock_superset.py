@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -36,14 +39,22 @@ from hypothesis import strategies as st
 from pytensor.compile.mode import JAX, Mode
 from pytensor.conditional.op import ifelse
 from pytensor.graph.basic import Variable
+from pytensor.graph.replace import vectorize_graph
+from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.link.jax.linker import JAXLinker
 
 # Not Assert: importing pymc.sampling.jax registers a pass-through JAX lowering for
 # Assert (and tests share a process with the PyMC tests); CheckAndRaise is PyTensor's own.
 from pytensor.raise_op import CheckAndRaise
+from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
 from gpubackend.conformance.catalogue import CaseGraph, select_cases
+from gpubackend.conformance.cli import main as conformance_main
+from gpubackend.conformance.stock_superset import compare, run_stock_superset
 from gpubackend.conformance.strategies import build_generated, graph_specs
+from gpubackend.conformance.superset_graphs import FAMILIES, SupersetGraph
+from gpubackend.dispatch.jax import blockwise as blockwise_lowering
+from gpubackend.dispatch.jax.replacements import REPLACED, stock_lowering
 from gpubackend.registration import REWRITE_TAG, using_lowerings
 
 TOLERANCE = 1e-12
@@ -379,3 +390,124 @@ def _drawn_from_spec(spec) -> DrawnGraph:
 
 def test_scan_and_ofg() -> None:
     compare_drawn("Scan/OpFromGraph", graph_specs().map(_drawn_from_spec), 12)
+
+
+# --- the generated differential (gpubackend.conformance.stock_superset) --------------------------
+
+QUICK_GRAPHS = 21
+"""Two graphs per family or more (Blockwise over indexing: seven); `make conformance` runs 200."""
+
+
+def test_generated_graphs_quick_budget() -> None:
+    """Stock-runnable graphs of every family give the same results with ours, on every path."""
+    report = run_stock_superset(QUICK_GRAPHS)
+    print("\n" + report.summary())
+    assert set(report.counts()) == set(FAMILIES)
+    assert not report.violations, report.summary()
+
+
+# Each verdict can fail: ours, deliberately broken for the duration of our runs, is caught.
+
+
+def _constant_table_read_by_batched_indices() -> SupersetGraph:
+    """What pymc-extras' marginalised models build (issue 24): ``table[i] * w`` vectorised over
+    ``i`` and ``w``, the table a constant of batch shape (1,)."""
+    table, i, w = pt.vector("table", shape=(4,)), pt.scalar("i", dtype="int64"), pt.scalar("w")
+    indices, weights = pt.vector("indices", dtype="int64"), pt.vector("weights")
+    table_values = pt.constant(np.array([[0.5, 2.0, -1.5, 3.0]]))
+    out = vectorize_graph(table[i] * w, {table: table_values, i: indices, w: weights})
+    values = (np.array([0, 3, -1]), np.array([1.0, 2.0, 3.0]))
+    return SupersetGraph("blockwise-indexing", "table[i]", (indices, weights), (out,), values, 1)
+
+
+def _numpy_core_value(value, batch_ndim: int):
+    """The Blockwise lowering's reduction before e2fe9d6: numpy, which a tracer cannot index."""
+    index = (0,) * batch_ndim
+    return value[index] if isinstance(value, jax.core.Tracer) else np.asarray(value)[index]
+
+
+def test_the_differential_catches_the_numpy_core_value_regression(monkeypatch) -> None:
+    graph = _constant_table_read_by_batched_indices()
+    assert compare(graph).verdict == "same"
+    monkeypatch.setattr(blockwise_lowering, "_core_value", _numpy_core_value)
+    comparison = compare(graph)
+    assert comparison.verdict == "violation"
+    assert any("TracerArrayConversionError" in problem for problem in comparison.problems)
+
+
+def _mask_graph(mask_from_data: bool) -> SupersetGraph:
+    """``set_subtensor(x[mask], 0)``: stock runs a constant mask, refuses one from the data."""
+    x = pt.vector("x")
+    mask = x > 0 if mask_from_data else pt.constant(np.array([True, False, True]))
+    out = pt.set_subtensor(x[mask], 0.0)
+    return SupersetGraph("indexing", "x[mask] = 0", (x,), (out,), (np.array([1.0, -2.0, 3.0]),), 0)
+
+
+def _raising(op, node=None, **kwargs):
+    def lowered(*inputs):
+        raise RuntimeError("a broken lowering")
+
+    return lowered
+
+
+def _incrementing(op, node=None, **kwargs):
+    """Adds where the op sets: other values."""
+    stock = stock_lowering(AdvancedIncSubtensor)(op, node=node, **kwargs)
+    return lambda x, y, *indices: stock(x, y, *indices) + x
+
+
+@contextmanager
+def _lowering_of(op_type: type, lowering: Callable) -> Iterator[None]:
+    """``lowering`` serves ``op_type`` in the block, for every selection; ours again after it."""
+    jax_funcify.register(op_type, lowering)
+    try:
+        yield
+    finally:
+        jax_funcify.register(op_type, REPLACED[op_type].ours)
+
+
+@pytest.mark.parametrize(
+    ("mask_from_data", "broken", "problem"),
+    [
+        (False, _incrementing, "expected"),
+        (False, _raising, "ours fails where stock runs"),
+        (True, _raising, "another error than stock's"),
+    ],
+    ids=["other values", "fails where stock runs", "another error"],
+)
+def test_the_differential_catches_a_broken_lowering(mask_from_data, broken, problem) -> None:
+    graph = _mask_graph(mask_from_data)
+    assert compare(graph).verdict in ("same", "refined")
+    comparison = compare(graph, ours=lambda: _lowering_of(AdvancedIncSubtensor, broken))
+    assert comparison.verdict == "violation"
+    assert all(problem in text for text in comparison.problems), comparison.problems
+
+
+def test_the_differential_checks_added_values_against_fast_compile() -> None:
+    """Where only ours runs, its values are FAST_COMPILE's: a lowering that makes up values where
+    stock refuses is caught."""
+
+    def made_up(op, node=None, **kwargs):
+        return lambda x, y, *indices: jnp.zeros_like(x) - 7.0
+
+    comparison = compare(
+        _mask_graph(True), ours=lambda: _lowering_of(AdvancedIncSubtensor, made_up)
+    )
+    assert comparison.verdict == "violation"
+    assert any("against FAST_COMPILE" in text for text in comparison.problems)
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["ours", "numpy core value"])
+def test_the_cli_runs_the_differential_and_fails_on_a_violation(
+    tmp_path, monkeypatch, broken: bool
+) -> None:
+    """The first graphs drawn are a constant table read at batched indices (the regression of
+    issue 24) and a length-1-batched length."""
+    if broken:
+        monkeypatch.setattr(blockwise_lowering, "_core_value", _numpy_core_value)
+    arguments = ["--no-catalogue", "--stock-superset", "2", "--no-progress"]
+    status = conformance_main([*arguments, "--device", "cpu", "--out", str(tmp_path)])
+    summary = (tmp_path / "stock_superset.txt").read_text()
+    assert status == int(broken), summary
+    assert "blockwise-indexing" in summary and "blockwise-length" in summary
+    assert ("VIOLATION blockwise-indexing" in summary) == broken

@@ -14,7 +14,9 @@
 #
 # The conformance run includes the while-Scan differential run of the JAX paths on the leg's device:
 # $WHILE_GRAPHS generated graphs (default 18), whose failing verdicts fail the leg unless $WHILE_FLAGS holds
-# --while-report-only.
+# --while-report-only. It also runs the stock-superset differential: $SUPERSET_GRAPHS generated graphs
+# (default 200) with PyTensor's JAX lowerings and gpubackend's, on JAX's default device (the GPU); a
+# violation fails the leg.
 #
 # Reports land in $REPORTS (default reports/gpu, or reports/gpu-simulated).
 set -euo pipefail
@@ -98,7 +100,8 @@ fi
 device="$GPUBACKEND_DEVICE"
 # shellcheck disable=SC2086  # WHILE_FLAGS holds zero or more flags
 "$py" -m gpubackend conformance --backend jax --device "$device" --label "$label" --out "$reports" \
-  --generated-while "${WHILE_GRAPHS:-18}" --while-modes jax jax-registered jaxified ${WHILE_FLAGS:-}
+  --generated-while "${WHILE_GRAPHS:-18}" --while-modes jax jax-registered jaxified ${WHILE_FLAGS:-} \
+  --stock-superset "${SUPERSET_GRAPHS:-200}"
 
 gpu_count=$("$py" -c 'import jax
 try:

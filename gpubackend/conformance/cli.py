@@ -8,40 +8,69 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
+from gpubackend.conformance.arguments import (
+    OneLineParser,
+    case_pattern,
+    count,
+    device,
+    output_dir,
+    report_file,
+)
 from gpubackend.conformance.backends import BACKENDS, backend_device_pairs
 from gpubackend.conformance.differential import DEFAULT_MODES, DIFFERENTIAL_MODES, mode_device_pairs
 from gpubackend.conformance.differential_reports import run_differential_and_report
-from gpubackend.conformance.reports import load_report, merge_reports, print_summary, write_reports
+from gpubackend.conformance.reports import (
+    ReportsNotWrittenError,
+    merge_reports,
+    write_and_summarise,
+)
 from gpubackend.conformance.runner import run_and_report
+from gpubackend.conformance.stock_superset import run_stock_superset_and_report
 from gpubackend.devices import DeviceNotFoundError
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m gpubackend conformance",
         description="Run the conformance catalogue on backends and devices. "
         "Use 'python -m gpubackend conformance merge A.json B.json --out DIR' to merge runners.",
     )
     parser.add_argument("--backend", nargs="+", default=["numba", "jax"], choices=sorted(BACKENDS))
     parser.add_argument(
-        "--device", nargs="+", default=["cpu"], help="cpu, cpu:N, gpu or gpu:N (several allowed)"
+        "--device",
+        nargs="+",
+        type=device,
+        default=["cpu"],
+        help="cpu, cpu:N, gpu or gpu:N (several allowed)",
     )
-    parser.add_argument("--out", required=True, help="directory for conformance.{json,xml,md,html}")
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=output_dir,
+        help="directory for conformance.{json,xml,md,html}",
+    )
     parser.add_argument(
         "--label", default="", help="runner label stored in the report, e.g. 'gpu-leg'"
     )
     parser.add_argument(
-        "--cases", default=None, help="only cases whose name contains this (comma-separated)"
+        "--cases",
+        type=case_pattern,
+        default=None,
+        help="only cases whose name contains this, or of this family (comma-separated)",
     )
     parser.add_argument(
-        "--generated", type=int, default=0, help="also run N Hypothesis-generated graphs"
+        "--generated",
+        type=count,
+        default=0,
+        metavar="N",
+        help="also run N Hypothesis-generated graphs",
     )
     parser.add_argument(
         "--no-catalogue", action="store_true", help="skip the catalogue (run only generated graphs)"
     )
     parser.add_argument(
         "--generated-while",
-        type=int,
+        type=count,
         default=0,
         metavar="N",
         help="also run N generated while-Scan graphs "
@@ -63,35 +92,65 @@ def _run_parser() -> argparse.ArgumentParser:
         help="report the while-Scan differential's "
         "failures without making the exit status non-zero",
     )
+    parser.add_argument(
+        "--stock-superset",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run N generated graphs with PyTensor's JAX lowerings and gpubackend's, "
+        "on the first --device, on every path (pytensor.function, jax_funcify under jit, vmap "
+        "and grad): counts per family and verdict in stock_superset.txt; a violation makes the "
+        "exit status non-zero",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
 
 def _merge_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m gpubackend conformance merge",
         description="Merge several runners' conformance.json",
     )
-    parser.add_argument("reports", nargs="+", help="conformance.json files")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("reports", nargs="+", type=report_file, help="conformance.json files")
+    parser.add_argument("--out", required=True, type=output_dir)
     return parser
 
 
 def _merge(argv: list[str], console: Console) -> int:
     args = _merge_parser().parse_args(argv)
-    report = merge_reports([load_report(path) for path in args.reports])
-    print_summary(report, write_reports(report, args.out, junit=False), console)
+    report = merge_reports(args.reports)
+    write_and_summarise(report, args.out, console, junit=False)
     return 1 if report.failed else 0
 
 
-def _run(argv: list[str], console: Console) -> int:
-    args = _run_parser().parse_args(argv)
+def _check_run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What the arguments ask for together runs something (each alone is checked by its type=)."""
+    runs_suite = not args.no_catalogue or args.generated
+    if not runs_suite and not args.generated_while and not args.stock_superset:
+        parser.error(
+            "--no-catalogue with none of --generated N, --generated-while N or --stock-superset N "
+            "runs nothing"
+        )
+    devices = " ".join(args.device)
     try:
-        backend_device_pairs(args.backend, args.device)
-        mode_device_pairs(args.while_modes, args.device)
+        if runs_suite and not backend_device_pairs(args.backend, args.device):
+            parser.error(
+                f"--backend {' '.join(args.backend)} has nothing to run on --device {devices}: "
+                "numba runs on the host, so add --device cpu, or add a JAX backend"
+            )
+        if args.generated_while and not mode_device_pairs(args.while_modes, args.device):
+            parser.error(
+                f"--while-modes {' '.join(args.while_modes)} has nothing to run on --device "
+                f"{devices}: numba runs on the host, so add --device cpu, or add a JAX mode"
+            )
     except (DeviceNotFoundError, ValueError) as error:
-        console.print(f"[red]conformance: {escape(str(error))}[/red]")
-        return 2
+        parser.error(str(error))
+
+
+def _run(argv: list[str], console: Console) -> int:
+    parser = _run_parser()
+    args = parser.parse_args(argv)
+    _check_run(parser, args)
     status = 0
     if not args.no_catalogue or args.generated:
         status = run_and_report(
@@ -116,14 +175,31 @@ def _run(argv: list[str], console: Console) -> int:
         )
         if report.failed and not args.while_report_only:
             status = 1
+    if args.stock_superset:
+        superset = run_stock_superset_and_report(
+            args.stock_superset,
+            args.out,
+            console,
+            device=args.device[0],
+            progress=not args.no_progress,
+        )
+        if superset.violations:
+            status = 1
     return status
 
 
 def main(argv: list[str]) -> int:
+    """Run or merge; 1 when a case fails or the reports could not be written (the message names
+    the file the results were saved to instead), else 0. Usage errors exit with status 2 before
+    anything runs."""
     console = Console(stderr=True, soft_wrap=True)
-    if argv[:1] == ["merge"]:
-        return _merge(argv[1:], console)
-    return _run(argv, console)
+    try:
+        if argv[:1] == ["merge"]:
+            return _merge(argv[1:], console)
+        return _run(argv, console)
+    except ReportsNotWrittenError as error:
+        console.print(f"[red]conformance: {escape(str(error))}[/red]")
+        return 1
 
 
 if __name__ == "__main__":

@@ -19,7 +19,11 @@ from gpubackend.conformance.differential import (
     SpecResult,
     run_differential,
 )
-from gpubackend.conformance.reports import environment_lines
+from gpubackend.conformance.reports import (
+    ReportsNotWrittenError,
+    environment_lines,
+    write_or_save,
+)
 from gpubackend.conformance.while_scan_graphs import CLASSES, UPSTREAM_BUGS, draw_while_specs
 
 BASENAME = "while_scan_differential"
@@ -159,7 +163,7 @@ def print_differential_summary(
         console.print(f"  ... {len(failing) - SHOWN_FAILURES} more failing verdicts")
     console.print(
         "every verdict that is not a pass, refusals and "
-        f"upstream bugs included, is in {paths['md']}"
+        f"upstream bugs included, is in {paths.get('md', paths['json'])}"
     )
     console.print("reports: " + ", ".join(str(path) for path in paths.values()))
 
@@ -173,10 +177,22 @@ def run_differential_and_report(
     console: Console | None = None,
     progress: bool = True,
 ) -> DifferentialReport:
-    """Draw ``count`` while-Scan graphs, run them differentially, write and print the reports."""
+    """Draw ``count`` while-Scan graphs, run them differentially, write and print the reports.
+
+    When the reports cannot be written, the summary is printed all the same
+    and `ReportsNotWrittenError` names the temporary file the results were
+    saved to.
+    """
     report = run_differential(
         draw_while_specs(count), modes, devices, label=label, progress=progress
     )
-    paths = write_differential_reports(report, out_dir)
-    print_differential_summary(report, paths, console or Console(stderr=True, soft_wrap=True))
+    console = console or Console(stderr=True, soft_wrap=True)
+    try:
+        paths = write_or_save(
+            lambda: write_differential_reports(report, out_dir), report.to_json, out_dir, BASENAME
+        )
+    except ReportsNotWrittenError as error:
+        print_differential_summary(report, {"json": error.saved}, console)
+        raise
+    print_differential_summary(report, paths, console)
     return report

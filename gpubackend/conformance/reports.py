@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import os
+import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -53,6 +55,21 @@ def write_reports(report: Report, out_dir: str | Path, junit: bool = True) -> di
     return paths
 
 
+def write_and_summarise(
+    report: Report, out_dir: str | Path, console: Console, junit: bool = True
+) -> None:
+    """`write_reports`, then `print_summary`. When the reports cannot be written, the summary is
+    printed all the same, and `ReportsNotWrittenError` names the file the results were saved to."""
+    try:
+        paths = write_or_save(
+            lambda: write_reports(report, out_dir, junit=junit), report.to_json, out_dir, BASENAME
+        )
+    except ReportsNotWrittenError as error:
+        print_summary(report, {"json": error.saved}, console)
+        raise
+    print_summary(report, paths, console)
+
+
 def print_summary(report: Report, paths: dict[str, Path], console: Console) -> None:
     """Counts per column, one line per case that does not pass, and where the reports are."""
     for column, counts in report.summary()["per_column"].items():
@@ -69,7 +86,55 @@ def print_summary(report: Report, paths: dict[str, Path], console: Console) -> N
 
 
 def load_report(path: str | Path) -> Report:
-    return Report.from_json(json.loads(Path(path).read_text()))
+    """The report a run wrote as JSON; a ValueError naming the file when it cannot be read or is
+    not one."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise ValueError(f"cannot read {str(path)!r}: {error.strerror or error}") from error
+    expected = f"expected the {BASENAME}.json that 'python -m gpubackend conformance' writes"
+    try:
+        report = Report.from_json(json.loads(text))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(
+            f"{str(path)!r} is not a conformance report ({type(error).__name__}: {error}); "
+            f"{expected}"
+        ) from error
+    unknown = sorted({result.status for result in report.results} - set(STATUSES))
+    if unknown:
+        raise ValueError(
+            f"{str(path)!r} is not a conformance report (unknown statuses {unknown}); {expected}"
+        )
+    return report
+
+
+class ReportsNotWrittenError(Exception):
+    """Writing a run's reports failed; its results were saved to `saved` instead."""
+
+    def __init__(self, out_dir: str | Path, error: OSError, saved: Path):
+        super().__init__(
+            f"could not write the reports to {str(out_dir)!r} ({error}); "
+            f"the results are saved in {saved}"
+        )
+        self.saved = saved
+
+
+def write_or_save(
+    write: Callable[[], dict[str, Path]],
+    results: Callable[[], dict],
+    out_dir: str | Path,
+    basename: str,
+) -> dict[str, Path]:
+    """``write()`` a run's reports into ``out_dir``; when that fails, save ``results()`` (the JSON
+    report) to a temporary file and raise `ReportsNotWrittenError` naming it, so that a failed
+    write never loses a run."""
+    try:
+        return write()
+    except OSError as error:
+        descriptor, name = tempfile.mkstemp(prefix=f"{basename}-", suffix=".json")
+        with os.fdopen(descriptor, "w") as file:
+            json.dump(results(), file, indent=2, default=str)
+        raise ReportsNotWrittenError(out_dir, error, Path(name)) from error
 
 
 def merge_reports(reports: Sequence[Report]) -> Report:

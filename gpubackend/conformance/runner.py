@@ -34,7 +34,12 @@ from gpubackend.conformance.environment import environment
 from gpubackend.conformance.fingerprint import fingerprint
 from gpubackend.conformance.probe import CALL, RewriteFreeProbe
 from gpubackend.conformance.progress import progress_display
-from gpubackend.conformance.reports import print_summary, write_reports
+from gpubackend.conformance.reports import (
+    BASENAME,
+    write_and_summarise,
+    write_or_save,
+    write_reports,
+)
 from gpubackend.conformance.results import (
     CRASH,
     FAIL,
@@ -254,7 +259,7 @@ def run_suite(
         selected += generated_cases(generated)
     report = run_cases(selected, backends, devices, label=label, progress=progress)
     if out_dir is not None:
-        write_reports(report, out_dir)
+        write_or_save(lambda: write_reports(report, out_dir), report.to_json, out_dir, BASENAME)
     return report
 
 
@@ -269,10 +274,14 @@ def run_and_report(
     progress: bool = True,
 ) -> int:
     """Run the suite, write every report to ``out_dir``, print the summary; 1 when any case fails or
-    crashes, else 0."""
+    crashes, else 0.
+
+    When the reports cannot be written, the summary is printed all the same
+    and `ReportsNotWrittenError` names the temporary file the results were
+    saved to.
+    """
     report = run_suite(
         backends, devices, label=label, cases=cases, generated=generated, progress=progress
     )
-    paths = write_reports(report, out_dir)
-    print_summary(report, paths, console or Console(stderr=True, soft_wrap=True))
+    write_and_summarise(report, out_dir, console or Console(stderr=True, soft_wrap=True))
     return 1 if report.failed else 0

@@ -216,7 +216,11 @@ def spec_case(spec: ScanSpec | OFGSpec, index: int) -> Case:
 
 def draw_specs(count: int) -> list[ScanSpec | OFGSpec]:
     """``count`` distinct specs, reproducibly (derandomised), outside any test runner."""
+    if count < 0:  # else Hypothesis refuses max_examples=count * 3
+        raise ValueError(f"count={count}: expected a number of graphs to draw, 0 or more.")
     specs: list[ScanSpec | OFGSpec] = []
+    if not count:
+        return specs
 
     @settings(
         max_examples=count * 3,

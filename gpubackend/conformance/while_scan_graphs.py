@@ -113,6 +113,9 @@ UPSTREAM_BUGS = {
     "negative-zeros": "zeros(length - c) with a negative "
     "length is accepted: its shape is computed without the "
     "allocation and comes back negative",
+    "numba-step-count-edges": "PyTensor's Numba backend checks neither a negative n_steps (its "
+    "Scan runs, or fails later with another error) nor a reduction of an empty trace (max and "
+    "min return the identity where numpy raises ValueError)",
 }
 """PyTensor bugs the differential runner finds in the reference or in the rewritten graph (README,
 "Conformance suite"); `upstream_hint` names the one a spec can hit."""
@@ -423,6 +426,8 @@ class NumericOps:
 
     def while_loop(self, step, init, depth, n_steps, sequence=None, n_outputs=1, rng_seed=None):
         n_steps = len(sequence) if n_steps is None else int(n_steps)
+        if n_steps < 0:
+            raise IndexError(f"Scan was asked to run for negative number of step {n_steps}")
         history = list(init) if depth == 2 else [init]
         traces: list[list] = [[] for _ in range(n_outputs)]
         # floor(uniform()) is 0: the numpy twin needs no generator.
@@ -434,6 +439,19 @@ class NumericOps:
                 trace.append(output)
             if stop:
                 break
+        if n_steps == 0:
+            # No step taken: the traces are empty, with the shape and dtype of a step's outputs.
+            entry = None
+            if sequence is not None:
+                entry = (
+                    sequence[0]
+                    if len(sequence)
+                    else np.zeros_like(sequence, shape=np.shape(sequence)[1:])
+                )
+            outputs, _ = step(entry, history[-depth:], noise)
+            return [
+                np.empty((0, *np.shape(output)), np.asarray(output).dtype) for output in outputs
+            ]
         return [np.array(trace) for trace in traces]
 
     def map(self, fn, sequence, n_steps):
@@ -803,7 +821,25 @@ def call_inputs(spec: WhileGraphSpec) -> list[dict[str, np.ndarray]]:
         if "v" in names:
             values["v"] = _vector(spec, values, rng)
         calls.append({name: np.asarray(value) for name, value in values.items()})
-    return calls
+    return calls + _step_count_edge_calls(loop, calls[0])
+
+
+STEP_COUNT_EDGES = (-1, 0)
+"""The step counts of the calls after the planned stops, where ``n_steps`` is given at run time: a
+negative one (the reference raises ``IndexError``) and zero."""
+
+
+def _step_count_edge_calls(loop: LoopSpec, first_call: dict) -> list[dict[str, np.ndarray]]:
+    """Calls like the first, with each of `STEP_COUNT_EDGES` as the step count."""
+    if loop.n_steps == "input":
+        return [dict(first_call, n_steps=np.asarray(np.int64(count))) for count in STEP_COUNT_EDGES]
+    if loop.n_steps == "data":
+        # The count is floor(n_steps_float): a quarter above each edge.
+        return [
+            dict(first_call, n_steps_float=np.asarray(np.float64(count + 0.25)))
+            for count in STEP_COUNT_EDGES
+        ]
+    return []
 
 
 def _chain_threshold(spec: WhileGraphSpec, values: dict, index: int) -> np.float64:
@@ -1032,6 +1068,8 @@ def _draw(
 def draw_while_specs(count: int) -> list[WhileGraphSpec]:
     """``count`` distinct specs, reproducibly (derandomised), outside any test runner, spread over
     `TARGETS`."""
+    if count < 0:  # else Hypothesis refuses max_examples=count * 3
+        raise ValueError(f"count={count}: expected a number of graphs to draw, 0 or more.")
     specs: list[WhileGraphSpec] = []
     for index, target in enumerate(TARGETS):
         share = count // len(TARGETS) + (index < count % len(TARGETS))

@@ -1,8 +1,8 @@
 """Make integer inputs that decide a length static arguments of the JAX jit.
 
 ``scan(n_steps=n)``, ``zeros((n, 2))`` or ``arange(n)`` with an integer input
-``n`` need ``n`` as a Python int while JAX traces, or they fail with "Shapes
-must be 1D sequences of concrete values". PyTensor's JAX linker already passes
+or shared variable ``n`` need ``n`` as a Python int while JAX traces, or they
+fail with "Shapes must be 1D sequences of concrete values". PyTensor's JAX linker already passes
 an integer input as a static argument of ``jax.jit`` when its only clients are
 `JAXShapeTuple` nodes (``JAXLinker.scalar_shape_inputs``): ``jax.jit`` then
 caches one compiled function per distinct value, and a new value recompiles.
@@ -24,7 +24,6 @@ from collections.abc import Iterator
 
 import numpy as np
 from pytensor.compile import optdb
-from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import graph_rewriter
@@ -50,9 +49,10 @@ def _length_inputs(node: Apply) -> Iterator[Variable]:
 
 
 def _is_integer_scalar_input(variable: Variable, fgraph: FunctionGraph) -> bool:
+    # Shared variables too: PyMC holds a dim's length in one (``model.dim_lengths``), and
+    # ``arange(length)`` is how models index it.
     return (
         variable in fgraph.inputs
-        and not isinstance(variable, SharedVariable)
         and isinstance(variable.type, TensorType)
         and variable.type.ndim == 0
         and np.dtype(variable.type.dtype).kind in "iu"

@@ -7,11 +7,16 @@ so their results become tracers and ``arange``/``reshape``/``scan(length=...)``
 fail with "Shapes must be 1D sequences of concrete values".
 
 Here every node whose outputs are small integer or boolean tensors (the shape
-arithmetic) runs under `jax.ensure_compile_time_eval` when its inputs are
-concrete: it is evaluated at trace time, so each length is a Python value that
-``jax.jit`` specialises on, exactly as it already specialises on input shapes.
-A new length means a new input shape, hence a new trace; a stale length can
-never be reused. Nodes that see a tracer are staged as usual.
+arithmetic: scalars and vectors, also with length-1 batch dimensions) runs
+under `jax.ensure_compile_time_eval` when its inputs are concrete: it is
+evaluated at trace time, so each length is a Python value that ``jax.jit``
+specialises on, exactly as it already specialises on input shapes. A new
+length means a new input shape, hence a new trace; a stale length can never be
+reused. Nodes that see a tracer are staged as usual.
+
+A write through a boolean mask known only at run time whose result keeps its shape is
+lowered from its place in the graph (`boolean_masks`): the graph decides whether the
+selections it reads feed nothing else.
 
 A graph with a while-Scan whose trace PyTensor may trim to the steps taken is
 lowered by `while_scan` after the plan it makes for the graph: bounded traces
@@ -42,6 +47,7 @@ from pytensor.graph.op import HasInnerGraph
 from pytensor.link.jax.dispatch.basic import jax_funcify, jax_typify
 from pytensor.link.utils import fgraph_to_python
 
+from gpubackend.dispatch.jax.boolean_masks import shape_keeping_lowerings
 from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, lowering_context
 from gpubackend.dispatch.jax.replacements import replaces
 from gpubackend.dispatch.jax.while_scan.graph import lowered_while_scan_graph
@@ -55,13 +61,22 @@ _GRAPH_ONLY_KWARGS = frozenset(
 
 
 def _is_shape_arithmetic(node: Apply) -> bool:
-    """Integer/boolean scalars or vectors computed by an op without an inner graph."""
+    """Integer/boolean scalars or vectors computed by an op without an inner graph.
+
+    A vector may have leading length-1 (broadcastable) dimensions: ``vectorize_graph`` turns a
+    shape vector built from a (1,)-batched length into a (1, k) matrix, which the Blockwise
+    lowering reduces to its core vector when it is concrete.
+    """
     if isinstance(node.op, HasInnerGraph):
         return False
     for output in node.outputs:
         dtype = getattr(output.type, "dtype", None)
-        ndim = getattr(output.type, "ndim", 0)
-        if dtype is None or np.dtype(dtype).kind not in _SHAPE_DTYPE_KINDS or ndim > 1:
+        broadcastable = getattr(output.type, "broadcastable", ())
+        if (
+            dtype is None
+            or np.dtype(dtype).kind not in _SHAPE_DTYPE_KINDS
+            or sum(not length_one for length_one in broadcastable) > 1
+        ):
             return False
     return True
 
@@ -76,9 +91,46 @@ def _evaluated_when_concrete(fn: Callable) -> Callable:
     return shape_arithmetic
 
 
-def _funcify_node(op, node: Apply | None = None, **kwargs) -> Callable:
-    fn = jax_funcify(op, node=node, **kwargs)
-    if node is not None and _is_shape_arithmetic(node):
+def _integers_not_masks(fn: Callable, node: Apply) -> Callable:
+    """``fn`` with each output its node types as an integer returned as that integer where the
+    lowering gives a bool array (PyTensor's JAX Bernoulli does): JAX would read it as a mask in an
+    index (``sigma[is_outlier]`` would select instead of gather) and add it as logical or."""
+    integer_dtypes = [
+        dtype if dtype is not None and np.dtype(dtype).kind in "iu" else None
+        for dtype in _graph_dtypes(node.outputs)
+    ]
+    if not any(integer_dtypes):
+        return fn
+
+    def as_integer(value, dtype):
+        if dtype is not None and isinstance(value, jax.Array) and value.dtype == np.bool_:
+            return value.astype(dtype)
+        return value
+
+    if len(node.outputs) == 1:
+        return lambda *inputs: as_integer(fn(*inputs), integer_dtypes[0])
+
+    def integer_outputs(*inputs):
+        outputs = fn(*inputs)
+        return type(outputs)(
+            as_integer(value, dtype) for value, dtype in zip(outputs, integer_dtypes, strict=True)
+        )
+
+    return integer_outputs
+
+
+def _funcify_node(
+    op, node: Apply | None = None, *, graph_lowerings: dict[Apply, Callable], **kwargs
+) -> Callable:
+    """The node's lowering: ``jax_funcify``'s, unless the graph gives it its own (`boolean_masks`
+    lowers writes through a boolean mask from their place in the graph)."""
+    fn = graph_lowerings.get(node) if node is not None else None
+    if fn is None:
+        fn = jax_funcify(op, node=node, **kwargs)
+    if node is None:
+        return fn
+    fn = _integers_not_masks(fn, node)
+    if _is_shape_arithmetic(node):
         return _evaluated_when_concrete(fn)
     return fn
 
@@ -99,10 +151,11 @@ def jax_funcify_FunctionGraph(
         kwargs["order"] = fgraph.toposort()
     order = kwargs["order"]
     plan = plan_graph(fgraph, order, **node_kwargs)
+    graph_lowerings = shape_keeping_lowerings(fgraph)
     if plan is None:
         graph_fn = fgraph_to_python(
             fgraph,
-            _funcify_node,
+            functools.partial(_funcify_node, graph_lowerings=graph_lowerings),
             type_conversion_fn=jax_typify,
             fgraph_name=fgraph_name,
             **kwargs,
@@ -110,7 +163,7 @@ def jax_funcify_FunctionGraph(
         return _with_graph_dtypes(graph_fn, fgraph.outputs, squeezed)
 
     def default_fn(node: Apply) -> Callable:
-        return _funcify_node(node.op, node=node, **node_kwargs)
+        return _funcify_node(node.op, node=node, graph_lowerings=graph_lowerings, **node_kwargs)
 
     def constant(value):
         return jax_typify(value.data, variable=value)

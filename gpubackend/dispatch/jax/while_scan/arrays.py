@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytensor.scalar as ps
@@ -162,7 +163,10 @@ def integer_elemwise_like_reduction(fn, node) -> BoundedLowering:
         value = fn(x.value)
         exact = np.array_equal(x.low, x.high) and np.isfinite(x.low).all()
         if exact:
-            low = high = np.asarray(np.asarray(fn(x.low.astype(np.int64))), dtype=np.float64)
+            # The bounds are numpy: evaluated now, not staged into the trace (or a cond's branch).
+            with jax.ensure_compile_time_eval():
+                exact_value = fn(x.low.astype(np.int64))
+            low = high = np.asarray(exact_value, dtype=np.float64)
         else:
             low, high = (
                 (np.asarray(0.0), np.asarray(1.0))

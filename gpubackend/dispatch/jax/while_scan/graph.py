@@ -27,7 +27,7 @@ from gpubackend.dispatch.jax.while_scan.host import HostReadPlan, HostReads
 from gpubackend.dispatch.jax.while_scan.interpreter import bounded_graph, step_counted_graph
 from gpubackend.dispatch.jax.while_scan.plan import BoundedPlan, ExactLengthsNeeded
 from gpubackend.dispatch.jax.while_scan.refusals import no_length_rule, run_time_length_output
-from gpubackend.dispatch.jax.while_scan.values import Bounded
+from gpubackend.dispatch.jax.while_scan.values import Bounded, known_value
 
 
 def lowered_while_scan_graph(
@@ -81,11 +81,24 @@ def lowered_while_scan_graph(
 
         read_back.plan = HostReadPlan(plan.checks, positions, continuation=higher_rungs)
         return lower_rungs
-    if plan.run_time_lengths:
-        raise run_time_length_output(plan.while_scans[0].op, plan.run_time_lengths[0], context)
+    run_time_lengths = set(plan.run_time_lengths)
+
+    def statically_cut(value, output):
+        """An output the plan gives a run-time length, cut to it where the bounds pin it down
+        while tracing (a while-Scan's head joined to the for-Scan over the remaining steps)."""
+        if output not in run_time_lengths:
+            return value
+        length = known_value(value.length)
+        if length is None:
+            raise run_time_length_output(plan.while_scans[0].op, output, context)
+        return jax.lax.slice_in_dim(value.buffer, 0, length)
 
     def checked(*inputs):
         outputs, error_code, _ = graph.whole(*inputs)
+        outputs = [
+            statically_cut(value, output)
+            for value, output in zip(outputs, fgraph.outputs, strict=True)
+        ]
         return typed(raise_in_graph(outputs, error_code, plan.checks))
 
     return checked

@@ -12,6 +12,7 @@ fine until the value is used as a buffer size.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 
@@ -45,9 +46,10 @@ from gpubackend.dispatch.jax.while_scan.values import (
 # extremes over a box are at its corners. Computed in float64, so infinities
 # (unknown bounds) propagate and a NaN means the bounds are lost.
 _CORNER_UFUNCS: dict[type, Callable] = {
-    ps.Add: np.add,
+    # Add and Mul take any number of operands (a third would be numpy's ``out``).
+    ps.Add: lambda *operands: functools.reduce(np.add, operands),
     ps.Sub: np.subtract,
-    ps.Mul: np.multiply,
+    ps.Mul: lambda *operands: functools.reduce(np.multiply, operands),
     ps.Neg: np.negative,
     ps.Maximum: np.maximum,
     ps.Minimum: np.minimum,

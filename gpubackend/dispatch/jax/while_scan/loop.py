@@ -36,6 +36,7 @@ from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.lowering_context import lowering_context
 from gpubackend.dispatch.jax.while_scan.values import (
+    Table,
     as_bounded,
     as_bounded_int,
     bounds_of,
@@ -70,6 +71,9 @@ class LoopResult(NamedTuple):
     cannot."""
     stopped: Any
     """The ``until`` condition held at the last step taken."""
+    steps_table: Table | None = None
+    """A for-Scan that runs all its steps: its step count as a function of one length, where its
+    ``n_steps`` is one (the steps left after a while-Scan: ``n - len(head)``)."""
 
 
 def traced_slots(op: Scan) -> list[int]:
@@ -120,6 +124,10 @@ def _like(new, old):
     )
 
 
+NEGATIVE_STEPS_MESSAGE = "Scan was asked to run for negative number of step"
+"""The reference's message (PyTensor's Scan.perform), before the count it names."""
+
+
 def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., LoopResult]:
     """The loop of any Scan: ``run(outer_inputs, capacity, resume=None)``.
 
@@ -141,6 +149,10 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
     ) -> LoopResult:
         n_steps = value_of(outer_inputs[0])
         n_low, n_high = (float(bound) for bound in bounds_of(outer_inputs[0]))
+        if n_high < 0:
+            # Known while tracing (a constant, an integer input JAX specialises on): the
+            # reference's error, with its message, when the call traces.
+            raise IndexError(f"{NEGATIVE_STEPS_MESSAGE} {int(n_low) if n_low == n_high else ''}")
         seqs = [as_bounded(seq).buffer for seq in op.outer_seqs(outer_inputs)]
         mit_mot = [as_bounded(buffer) for buffer in op.outer_mitmot(outer_inputs)]
         taps = [
@@ -345,6 +357,8 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
             untraced_final,
             overflow,
             stopped,
+            # Unlimited, a for-Scan takes exactly its n_steps.
+            getattr(outer_inputs[0], "table", None) if not (info.as_while or limited) else None,
         )
 
     return run
@@ -352,7 +366,13 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
 
 def _entry(buffer: jax.Array, position) -> jax.Array:
     """``buffer[position]`` for a position in range: a plain dynamic slice (NumPy-style indexing
-    adds wrap-around)."""
+    adds wrap-around).
+
+    A buffer with no room (a loop of zero steps: an empty sequence or trace) is never read when
+    the loop runs, but its body is still traced: it reads zeros of an entry's shape.
+    """
+    if buffer.shape[0] == 0:
+        return jnp.zeros(buffer.shape[1:], buffer.dtype)
     return jax.lax.dynamic_index_in_dim(buffer, position, keepdims=False)
 
 
@@ -363,6 +383,9 @@ def _written(buffer: jax.Array, position, value, going) -> jax.Array:
     guards against positions out of range with a select, and then XLA copies the
     whole buffer on every step.
     """
+    if buffer.shape[0] == 0:
+        # No room: a loop of zero steps, whose body is traced but never runs (see `_entry`).
+        return buffer
     value = jnp.asarray(value, buffer.dtype)
     if going is not True:
         value = jnp.where(going, value, _entry(buffer, position))

@@ -14,10 +14,13 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from pytensor.graph.basic import Constant
 from pytensor.scan.op import Scan
 
-from gpubackend.dispatch.jax.while_scan.checks import NodeResult
+from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.loop import (
+    NEGATIVE_STEPS_MESSAGE,
     LoopResult,
     Trace,
     is_static,
@@ -29,9 +32,12 @@ from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_ja
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
     Kind,
+    Table,
     bounds_of,
+    common_tables,
     known_value,
     length_between,
+    tabulated,
     value_of,
 )
 
@@ -42,8 +48,14 @@ def untrimmed_outputs(loop: LoopResult) -> list:
     return [*(buffer for buffer, _ in loop.mit_mot), *traces, *loop.untraced]
 
 
-def _oldest_first(trace: Trace, steps, steps_bounds: tuple[float, float]):
-    """A trace in PyTensor's order: the entries written, oldest first, at most ``size`` of them."""
+def _oldest_first(
+    trace: Trace, steps, steps_bounds: tuple[float, float], steps_table: Table | None = None
+):
+    """A trace in PyTensor's order: the entries written, oldest first, at most ``size`` of them.
+
+    ``steps_table`` (the steps as a function of one length) keeps a trace that never wraps
+    tabulated on that length: joined to the trace that length measures, the total is known.
+    """
     buffer, slot = trace.buffer, trace.slot
     size_low, size_high = (float(bound) for bound in bounds_of(trace.size))
     written_low, written_high = steps_bounds[0] + slot, steps_bounds[1] + slot
@@ -58,10 +70,27 @@ def _oldest_first(trace: Trace, steps, steps_bounds: tuple[float, float]):
     length = length_between(
         jnp.minimum(written, size), min(written_low, size_low), min(written_high, size_high)
     )
-    if written_high <= size_low:
-        return Bounded(buffer, length)  # never wrapped: the entries are in order already
+    written_table = (
+        None
+        if steps_table is None
+        else Table(steps_table.atom, steps_table.first, steps_table.values + slot)
+    )
+    if written_high <= size_low or _fits(written_table, trace.size):
+        # Never wrapped: the entries are in order already, as many as were written.
+        if written_table is not None:
+            length = tabulated(length.value, written_table)
+        return Bounded(buffer, length)
     shift = jnp.where(written >= size, written % size, 0)
     return Bounded(buffer[(jnp.arange(buffer.shape[0]) + shift) % size], length)
+
+
+def _fits(written: Table | None, size) -> bool:
+    """Whether the entries written never exceed the buffer's size, for every value of the length
+    both are tabulated on (a for-Scan over the steps a while-Scan left: ``n - len(head)``)."""
+    if written is None:
+        return False
+    common = common_tables([tabulated(written.atom, written), size])
+    return common is not None and bool(np.all(common[1][0] <= common[1][1]))
 
 
 def _in_order_already(trace: Trace, trimmable: bool) -> bool:
@@ -80,10 +109,13 @@ def bounded_outputs(op: Scan, loop: LoopResult, trimmable: Sequence[bool]) -> li
     traces = [
         rotated(trace.buffer, trace.slot, loop.steps_taken)
         if _in_order_already(trace, trim)
-        else _oldest_first(trace, loop.steps_taken, loop.steps_bounds)
+        else _oldest_first(trace, loop.steps_taken, loop.steps_bounds, loop.steps_table)
         for trace, trim in zip(loop.traces, trimmable, strict=True)
     ]
     return [*mit_mot, *traces, *loop.untraced]
+
+
+NEGATIVE_STEPS_CHECK = RuntimeCheck(IndexError, f"{NEGATIVE_STEPS_MESSAGE} (n_steps < 0)")
 
 
 @bounded_jax_funcify.register(Scan)
@@ -107,13 +139,17 @@ def bounded_scan(op: Scan, node, input_kinds: Sequence[Kind], **kwargs) -> Bound
     ]
     output_kinds += [None] * op.info.n_untraced_sit_sot
     run = scan_loop(op, trimmable, **kwargs)
+    # A step count known only at run time may be negative, where the reference raises.
+    checks = () if isinstance(node.inputs[0], Constant) else (NEGATIVE_STEPS_CHECK,)
 
     def scan(*outer_inputs, capacity: int | None, resume: LoopResult | None = None) -> NodeResult:
         loop = run(list(outer_inputs), capacity, resume)
         outputs = bounded_outputs(op, loop, trimmable)
-        return NodeResult(outputs[0] if len(outputs) == 1 else outputs, (), loop.overflow, loop)
+        n_low, _ = bounds_of(outer_inputs[0])
+        oks = (True if n_low >= 0 else loop.n_steps >= 0,) if checks else ()
+        return NodeResult(outputs[0] if len(outputs) == 1 else outputs, oks, loop.overflow, loop)
 
-    return BoundedLowering(scan, tuple(output_kinds), capacity_limited=True)
+    return BoundedLowering(scan, tuple(output_kinds), checks, capacity_limited=True)
 
 
 def specialised_scan(op: Scan, node, **kwargs) -> Callable:
