@@ -4,7 +4,7 @@
 #
 #   ci/pymc_extras/run.sh               the CI selection (ci/pymc_extras/selection.txt)
 #   ci/pymc_extras/run.sh --full        the full selection: tests/model/marginal, tests/inference and
-#                                       tests/statespace of pymc-extras' sdist (over an hour on 2 cores)
+#                                       tests/statespace of pymc-extras' sdist (hours on 2 cores)
 #   ci/pymc_extras/run.sh --workers N   pytest-xdist workers per run (default 2)
 #   ci/pymc_extras/run.sh --update-fixes   rewrite plugin_fixes.txt from this run's results
 #
