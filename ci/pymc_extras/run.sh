@@ -3,8 +3,8 @@
 # (README, "pymc-extras' tests as a check"). Run from anywhere; it works in the repository root.
 #
 #   ci/pymc_extras/run.sh               the CI selection (ci/pymc_extras/selection.txt)
-#   ci/pymc_extras/run.sh --full        the full selection: tests/model/marginal, tests/inference and
-#                                       tests/statespace of pymc-extras' sdist (hours on 2 cores)
+#   ci/pymc_extras/run.sh --full        the full selection: tests/model/marginal, tests/inference,
+#                                       and tests/statespace of pymc-extras' sdist (hours, 2 cores)
 #   ci/pymc_extras/run.sh --workers N   pytest-xdist workers per run (default 2)
 #   ci/pymc_extras/run.sh --update-fixes   rewrite plugin_fixes.txt from this run's results
 #
