@@ -22,7 +22,7 @@ WHILE_FLAGS ?=
 # graphs run with PyTensor's JAX lowerings and with gpubackend's; a violation fails the leg.
 SUPERSET_GRAPHS ?= 100
 
-.PHONY: venv run test lint bench conformance ci-legs constraints clean
+.PHONY: venv run test lint bench conformance ci-legs pymc-extras constraints clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(PY) || "$$(tools/find-python.sh)" -m venv $(VENV)
@@ -62,6 +62,14 @@ ci-legs: conformance
 	WHILE_GRAPHS=$(WHILE_GRAPHS) WHILE_FLAGS="$(WHILE_FLAGS)" SUPERSET_GRAPHS=$(SUPERSET_GRAPHS) \
 		ci/gpu/run.sh --simulate --no-pytest
 	$(PY) -m gpubackend conformance merge $(REPORTS)/cpu/conformance.json $(REPORTS)/gpu-simulated/conformance.json --out $(REPORTS)/matrix
+
+# pymc-extras' own tests, without and with gpubackend imported first, in the default mode and with
+# mode=JAX: a test that passes stock and fails with the plugin fails it (README, "pymc-extras' tests
+# as a check"). Its own virtualenv (.venv-pymc-extras, PyMC 6.3.2); PYMC_EXTRAS_FLAGS=--full runs
+# the whole selection (marginal, inference, statespace) instead of the CI one.
+PYMC_EXTRAS_FLAGS ?=
+pymc-extras:
+	ci/pymc_extras/run.sh $(PYMC_EXTRAS_FLAGS)
 
 # Resolve pyproject.toml's ranges afresh, with no constraints, in a throw-away virtualenv, and pin
 # what they resolve to. The cuda extras are left out: jax[cuda13|cuda12] pins its plugin to the
