@@ -204,11 +204,14 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> C
         def from_lower(offset, args):
             return objective(lower + offset, args)
 
+        # scipy's minimize_scalar takes no start point: start mid-interval, whatever x0 holds
+        # (a NaN x0 included).
+        middle = ((upper - lower) / 2).astype(x0.dtype)
         offset, success = _solved(
             optx.minimise,
             from_lower,
             choice,
-            varying_like(x0 - lower, inputs),
+            varying_like(middle, inputs),
             args,
             {"lower": 0.0, "upper": upper - lower},
         )
@@ -241,10 +244,14 @@ def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
         orientation = jnp.where(at_upper < 0, -1.0, 1.0).astype(x0.dtype)
         sign_changes = at_lower * at_upper <= 0
         rising = lambda y, args: orientation * equation(y, args)  # noqa: E731
+        # scipy's bracketing methods ignore x0 (a NaN x0 included): start mid-bracket.
+        middle = varying_like(((lower + upper) / 2).astype(x0.dtype), inputs)
         value, success = _solved(
-            optx.root_find, rising, choice, x0, args, {"lower": lower, "upper": upper}
+            optx.root_find, rising, choice, middle, args, {"lower": lower, "upper": upper}
         )
-        return value, success & sign_changes
+        # scipy raises ValueError("f(a) and f(b) must have different signs") where NUMBA does;
+        # a traced function cannot raise, so the solution is NaN and success False.
+        return jnp.where(sign_changes, value, jnp.nan).astype(value.dtype), success & sign_changes
 
     def root_scalar(x0, *inputs):
         return implicitly_differentiated(solved, residual)(_start(x0, dtype), inputs)
