@@ -88,7 +88,6 @@ CASES = (
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),), grad=True),
     Case("root", "hybr", "two_equations"),
     Case("root", "lm", "two_equations"),
-    Case("root", "newton", "two_equations"),
     Case("minimize_scalar", "brent", "quartic1", options=(("tol", 1e-12),)),
     Case("minimize_scalar", "brent", "quartic1", options=(("tol", 1e-12),), grad=True),
     Case("minimize_scalar", "golden", "quartic1"),
@@ -183,8 +182,7 @@ def call_overhead_seconds(repeats: int, budget_s: float) -> float:
 
 
 def solve_times(repeats: int, budget_s: float) -> dict[str, float | None]:
-    """Per case, the median call; None where the call fails (stock PyTensor hands
-    ``root(method="newton")``, gpubackend's own method, to scipy, which has none)."""
+    """Per case, the median call; None where the call fails."""
     import warnings
 
     times: dict[str, float | None] = {}
@@ -453,8 +451,6 @@ def scipy_evaluations(case: Case) -> str:
         so.minimize(both, x0, jac=True, hess=hess, method=op.method, **op.optimizer_kwargs)
         return f"{counts['F']}" + (f" +{counts['H']}H" if op.hess else "")
     if case.op == "root":
-        if op.method == "newton":
-            return "none (gpubackend's own method)"
         so.root(
             counted("F", value),
             x0,

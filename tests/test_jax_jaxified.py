@@ -5,14 +5,20 @@ is not a dependency): rewrite a FunctionGraph with the JAX mode's optimizer,
 then ``jax_funcify`` it. The samplers differentiate the result with ``jax.grad``.
 """
 
+import functools
+
 import jax
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+import pytest
+from jax import shard_map
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 from pytensor.compile.mode import JAX
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.jax.dispatch import jax_funcify
-from pytensor.tensor.optimize import minimize
+from pytensor.tensor.optimize import minimize, minimize_scalar, root, root_scalar
 
 
 def jaxified(inputs, outputs):
@@ -60,3 +66,121 @@ def test_logp_with_a_while_scan_is_differentiated_by_jax():
     np.testing.assert_allclose(
         jax.grad(logp_fn, argnums=1)(x0_value, a_value), want_grad, rtol=1e-8
     )
+
+
+# A Laplace approximation, as pymc-extras' marginalize(laplace_approx=...) builds it: the
+# conditional mode of a latent field by L-BFGS-B (or BFGS), the Hessian there by
+# pytensor.gradient, and JAX differentiating the whole logp (optimize op included).
+LAPLACE_SIZE = 5
+LAPLACE_COUNTS = np.array([3.0, 0.0, 2.0, 5.0, 1.0])
+LAPLACE_PRECISION = (
+    2.1 * np.eye(LAPLACE_SIZE) - np.eye(LAPLACE_SIZE, k=1) - np.eye(LAPLACE_SIZE, k=-1)
+)
+LOG_TAUS = np.array([0.3, -0.2])
+
+
+def _laplace_logp(method: str, tol: float):
+    from pytensor.gradient import hessian
+    from pytensor.graph.replace import graph_replace
+
+    field, log_tau = pt.vector("field"), pt.scalar("log_tau")
+    neg_joint = (
+        0.5 * pt.exp(log_tau) * (field @ LAPLACE_PRECISION @ field)
+        - (LAPLACE_COUNTS * field - pt.exp(field)).sum()
+    )
+    mode, success = minimize(neg_joint, field, method=method, optimizer_kwargs={"tol": tol})
+    at_mode = {field: mode}
+    logdet = pt.log(pt.linalg.det(graph_replace(hessian(neg_joint, field), at_mode)))
+    logp = -graph_replace(neg_joint, at_mode) - 0.5 * logdet + 0.5 * LAPLACE_SIZE * log_tau
+    return field, log_tau, logp, success
+
+
+@functools.cache
+def _laplace_reference() -> np.ndarray:
+    """``(logp, dlogp)`` per log-tau, from scipy's BFGS at tol=1e-13 (not the tested tol)."""
+    field, log_tau, logp, _ = _laplace_logp("BFGS", 1e-13)
+    reference = pytensor.function(
+        [field, log_tau], [logp, pytensor.grad(logp, log_tau)], mode="FAST_COMPILE"
+    )
+    return np.array([reference(np.zeros(LAPLACE_SIZE), t) for t in LOG_TAUS]).T
+
+
+def _jaxified_laplace(method: str):
+    field, log_tau, logp, success = _laplace_logp(method, 1e-8)
+    graph_fn = jaxified([field, log_tau], [logp, success])
+    start = np.zeros(LAPLACE_SIZE)
+
+    def logp_fn(log_tau_value):
+        return graph_fn(start, log_tau_value)[0]
+
+    def success_fn(log_tau_value):
+        return graph_fn(start, log_tau_value)[1]
+
+    return logp_fn, success_fn
+
+
+def _shard_mapped(fn):
+    mesh = Mesh(np.array(jax.devices()[:2]), ("chains",))
+    return jax.jit(shard_map(jax.vmap(fn), mesh=mesh, in_specs=P("chains"), out_specs=P("chains")))
+
+
+TRANSFORMS = {
+    "jit": lambda fn: jax.jit(jax.vmap(fn)),
+    "vmap": jax.vmap,
+    "pmap": jax.pmap,  # numpyro's default chain_method="parallel"
+    "shard_map": _shard_mapped,
+}
+
+
+@pytest.mark.parametrize("method", ["L-BFGS-B", "BFGS"])
+def test_laplace_logp_and_gradient_under_every_jax_transform(method):
+    # Before: pmap and shard_map stopped while tracing, in lineax ("Symmetric/Hermitian
+    # matrices must have matching input and output structures", lineax issue 185).
+    logp_fn, success_fn = _jaxified_laplace(method)
+    want_logp, want_grad = _laplace_reference()
+    for name, transform in TRANSFORMS.items():
+        got_logp, got_grad = transform(jax.value_and_grad(logp_fn))(LOG_TAUS)
+        # tol=1e-8 lands within 1e-7 of the tightly solved logp (scipy's own tol=1e-8: ~1e-4).
+        np.testing.assert_allclose(got_logp, want_logp, rtol=0, atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(got_grad, want_grad, rtol=0, atol=1e-6, err_msg=name)
+        assert np.all(transform(success_fn)(LOG_TAUS)), name
+
+
+def test_a_nan_lane_gives_a_nan_logp_and_failure_without_a_host_callback():
+    # Before: the gradient's lineax solve raised from a host callback ("A linear solver
+    # received non-finite (NaN or inf) input") and aborted numpyro's vectorized chains.
+    logp_fn, success_fn = _jaxified_laplace("L-BFGS-B")
+    value_and_grad = jax.jit(jax.vmap(jax.value_and_grad(logp_fn)))
+    lanes = np.array([0.3, np.nan])
+    logp, grad = value_and_grad(lanes)
+    assert np.isfinite(logp[0]) and np.isfinite(grad[0])
+    assert not np.isfinite(logp[1]) and not np.isfinite(grad[1])
+    assert list(jax.jit(jax.vmap(success_fn))(lanes)) == [True, False]
+    compiled = value_and_grad.lower(lanes).as_text()
+    assert "callback" not in compiled
+
+
+def _two_equations(y, a):
+    return pt.stack([y[0] + y[1] ** 3 - a, y[1] - y[0] ** 3 - 1])
+
+
+OTHER_SOLVERS = {
+    "hybr": lambda y, a: root(_two_equations(y, a), y)[0].sum(),
+    "lm": lambda y, a: root(_two_equations(y, a), y, method="lm")[0].sum(),
+    "root_scalar-newton": lambda y, a: root_scalar(y**3 + y - a, y, method="newton")[0],
+    "brent": lambda y, a: minimize_scalar((y - a) ** 2 + y**4, y, method="brent")[0],
+}
+
+
+@pytest.mark.parametrize("name", list(OTHER_SOLVERS))
+def test_other_solvers_under_pmap_match_jit(name):
+    # Before: hybr, lm and newton stopped in equinox's closure conversion under pmap, and every
+    # gradient in optimistix's lineax-based adjoint.
+    scalar = name.startswith(("root_scalar", "brent"))
+    y, a = (pt.scalar("y") if scalar else pt.vector("y")), pt.scalar("a")
+    graph_fn = jaxified([y, a], [OTHER_SOLVERS[name](y, a)])
+    start = np.array(0.5) if scalar else np.array([0.5, 0.5])
+    fn = jax.value_and_grad(lambda a_value: graph_fn(start, a_value)[0])
+    want = jax.jit(jax.vmap(fn))(LOG_TAUS)
+    got = jax.pmap(fn)(LOG_TAUS)
+    np.testing.assert_allclose(got, want, rtol=1e-6)

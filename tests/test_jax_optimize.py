@@ -180,3 +180,55 @@ def test_float32_solves_terminate_at_float32_precision():
     # scipy's BFGS stops at its default gtol=1e-5, about 1e-5 away in x.
     assert_matches_reference([y, c, x, a], [root_value, solution], values, "JAX_GPU", rtol=1e-4)
     assert all(compile_checked([y, c, x, a], [root_success, success], values, "JAX_GPU"))
+
+
+def test_scalar_methods_that_take_no_start_ignore_a_nan_start():
+    # scipy's bracketing root methods and minimize_scalar take no x0. Before: NaN, success False.
+    y = pt.scalar("y")
+    outputs = []
+    for method in ("brentq", "ridder"):
+        outputs += root_scalar(y**3 - 2.0, y, method=method, bracket=(0.0, 2.0))
+    for method, interval in [("brent", {}), ("golden", {}), ("bounded", {"bounds": (-4.0, 4.0)})]:
+        outputs += minimize_scalar((y - 1.0) ** 2 + 0.1 * y**4, y, method=method, **interval)
+    assert_matches_reference([y], outputs, [np.nan], "JAX_GPU", rtol=1e-5)
+
+
+def test_a_bracket_without_a_sign_change_gives_nan_and_failure():
+    # scipy raises ValueError("f(a) and f(b) must have different signs"); a traced function
+    # cannot raise without a host read. Before: a finite value (an end of the bracket).
+    y = pt.scalar("y")
+    outputs = []
+    for method in ("brentq", "bisect"):
+        outputs += root_scalar(y**2 + 1.0, y, method=method, bracket=(0.0, 2.0))
+    solution, success, other_solution, other_success = compile_checked(
+        [y], outputs, [0.5], "JAX_GPU"
+    )
+    assert np.isnan(solution) and np.isnan(other_solution)
+    assert not success and not other_success
+
+
+def test_bounded_stops_within_xatol_as_scipy_does():
+    # Before: xatol was a relative tolerance of the offset from the lower bound, and at
+    # tol=1e-4 the solve stopped 6.5e-4 from the minimum (gradient 1e-2; scipy's 8e-5).
+    y = pt.scalar("y")
+    objective = (y - 3.3) ** 2 + 0.1 * y**4 - pt.cos(3 * y)
+    solution, success = minimize_scalar(
+        objective, y, method="bounded", bounds=(-10.0, 10.0), optimizer_kwargs={"tol": 1e-4}
+    )
+    tight, _ = minimize_scalar(
+        objective, y, method="bounded", bounds=(-10.0, 10.0), optimizer_kwargs={"tol": 1e-12}
+    )
+    minimum = pytensor.function([y], tight, mode="FAST_COMPILE")(0.0)
+    got, converged = compile_checked([y], [solution, success], [0.0], "JAX_GPU")
+    assert converged
+    assert abs(got - minimum) <= 1e-4
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_method_scipy_does_not_know_raises_scipys_error(mode):
+    # FAST_COMPILE raises ValueError("Unknown solver newton") on the first call; before, JAX
+    # raised NotImplementedError.
+    x = pt.vector("x")
+    solution, _ = root(x**3 + x - 1.0, x, method="newton")
+    with pytest.raises(ValueError, match=r"^Unknown solver newton$"):
+        pytensor.function([x], solution, mode=mode)

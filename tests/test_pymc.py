@@ -39,27 +39,16 @@ DRAWS, TUNE, CHAINS, SEED = 100, 100, 2, 20261123
 # find_MAP stops on scipy L-BFGS-B's default gradient tolerance (1e-5 on a unit-scale logp).
 MAP_ATOL = 1e-4
 
-EQUINOX_PMAP = (
-    "upstream: equinox 0.13.8 closure_convert compares ShapeDtypeStruct shardings; under jax "
-    "0.12's "
-    "shard_map-based pmap the Jacobian operator's example arguments carry the pmap AbstractMesh "
-    "and the "
-    "call's do not (lineax JacobianLinearOperator.mv inside optimistix)"
-)
 BLACKJAX_PROGRESS_BAR = (
     "upstream: PyMC 6.4 passes `progress_bar` to blackjax 1.7.1's window "
     "adaptation kernel, which no longer takes it"
 )
-
-SOLVER_CASES = ("optimize_starts", "minimize_blockwise")
 
 
 def expected_failure(case_name: str, path: str) -> str | None:
     """Why ``path`` cannot yet run ``case_name`` (None: it must pass)."""
     if path == "blackjax":
         return BLACKJAX_PROGRESS_BAR
-    if case_name in SOLVER_CASES and path == "numpyro_parallel":
-        return EQUINOX_PMAP
     return None
 
 

@@ -18,6 +18,7 @@ from gpubackend.scipy_options.resolve import (
     UnsupportedMethod,
     UnsupportedOption,
     op_options,
+    refuse_before_scipy,
     resolve,
     scipy_method,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "minimize_maxiter",
     "minpack_maxfev",
     "op_options",
+    "refuse_before_scipy",
     "resolve",
     "scipy_method",
 ]

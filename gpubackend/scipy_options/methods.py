@@ -73,6 +73,8 @@ class OpOptions:
     """Keyword arguments read like options (``tol`` and ``options`` are handled apart)."""
     takes_tol: bool = True
     """Whether scipy's function has a ``tol`` argument (``root_scalar`` has none)."""
+    scipy_names: frozenset[str] = frozenset()
+    """Every method name (lower case) scipy's function knows, lowered by gpubackend or not."""
 
     def method(self, name: str) -> ScipyMethod | None:
         """scipy matches method names case-insensitively."""
@@ -124,6 +126,10 @@ OP_OPTIONS: dict[type, OpOptions] = {
             ScipyMethod("trust-exact", s.TrustExactSettings(), ("gtol",), numba=_NATIVE_WITH_HESS),
         ),
         frozenset({"bounds"}),
+        scipy_names=frozenset(
+            "nelder-mead powell cg bfgs newton-cg l-bfgs-b tnc cobyla cobyqa slsqp trust-constr "
+            "dogleg trust-ncg trust-exact trust-krylov".split()
+        ),
     ),
     RootOp: OpOptions(
         "root",
@@ -143,9 +149,12 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 # The damping is Marquardt's scaled update, not MINPACK's trust region: no `factor`.
                 numba=NumbaSupport(("jac",), frozenset({"factor"})),
             ),
-            ScipyMethod("newton", s.NewtonRootSettings(), ("xtol",), numba=_NATIVE_WITH_JAC),
         ),
         frozenset(),
+        scipy_names=frozenset(
+            "hybr lm broyden1 broyden2 anderson linearmixing diagbroyden excitingmixing krylov "
+            "df-sane".split()
+        ),
     ),
     MinimizeScalarOp: OpOptions(
         "minimize_scalar",
@@ -176,6 +185,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
             ),
         ),
         frozenset(),
+        scipy_names=frozenset({"brent", "bounded", "golden"}),
     ),
     RootScalarOp: OpOptions(
         "root_scalar",
@@ -187,5 +197,6 @@ OP_OPTIONS: dict[type, OpOptions] = {
         ),
         frozenset({"xtol", "rtol", "maxiter", "x1"}),
         takes_tol=False,
+        scipy_names=frozenset("bisect brentq brenth ridder toms748 newton secant halley".split()),
     ),
 }

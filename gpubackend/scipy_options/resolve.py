@@ -61,8 +61,30 @@ def op_options(op: ScipyWrapperOp) -> OpOptions:
         ) from None
 
 
+def refuse_before_scipy(op: ScipyWrapperOp) -> None:
+    """Raise scipy's own ``ValueError("Unknown solver ...")`` for a method scipy does not know,
+    and a ``ValueError`` for a call that crashes scipy itself.
+
+    FAST_COMPILE (scipy itself) raises the first on the first call; a lowering
+    raises it when it compiles, before any solver is chosen. scipy's df-sane
+    (``root``) on a 0-d ``x`` ends the process with a segmentation fault
+    (FAST_COMPILE and Numba's object mode alike), so it is refused before scipy
+    is called.
+    """
+    options = op_options(op)
+    if isinstance(op.method, str) and op.method.lower() not in options.scipy_names:
+        raise ValueError(f"Unknown solver {op.method}")
+    if options.kind == "root" and op.method.lower() == "df-sane" and op.fgraph.inputs[0].ndim == 0:
+        raise ValueError(
+            "root(method='df-sane') with a 0-d x: scipy's df-sane crashes the process "
+            "(segmentation fault) on 0-d input; give x as a vector of one element"
+        )
+
+
 def scipy_method(op: ScipyWrapperOp) -> ScipyMethod:
-    """The scipy method ``op`` names; `UnsupportedMethod` if gpubackend lowers it on no backend."""
+    """The scipy method ``op`` names; ``ValueError`` (scipy's) for a name scipy does not know,
+    `UnsupportedMethod` if gpubackend lowers it on no backend."""
+    refuse_before_scipy(op)
     options = op_options(op)
     method = options.method(op.method)
     if method is None:

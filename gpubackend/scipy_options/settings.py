@@ -97,14 +97,6 @@ class LMSettings(NamedTuple):
     factor: float = 100.0
 
 
-class NewtonRootSettings(NamedTuple):
-    """``root(method="newton")``, gpubackend's own: full Newton steps until one is at most
-    ``xtol * (1 + |x|)``."""
-
-    xtol: float = MINPACK_XTOL
-    maxiter: int = 50
-
-
 class BracketMinimizeSettings(NamedTuple):
     """``minimize_scalar(method="brent" | "golden")``: relative tolerance ``xtol`` on the bracketed
     minimum."""

@@ -91,10 +91,12 @@ def make_bfgs(fun: Callable) -> Callable:
             step_bound = xrtol * (xrtol + norm(xk)) if xrtol > 0.0 else 0.0
             if alpha * norm(pk) <= step_bound:
                 # scipy reports a step below ``xrtol`` as a successful exit.
-                return xk, True
+                break
             if not np.isfinite(fk):
                 return xk, False
             _update_inverse_hessian(hess_inv, sk, yk, hy)
-        return xk, gnorm <= gtol
+        # scipy's verdict: out of iterations is a failure even where the last one converged
+        # (maxiter=0 at the optimum included), and so is a NaN.
+        return xk, k < maxiter and not (np.isnan(gnorm) or np.isnan(fk) or np.isnan(xk).any())
 
     return solve

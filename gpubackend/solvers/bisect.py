@@ -11,7 +11,7 @@ def make_bisect(fun: Callable) -> Callable:
     """``solve(args, x0, bracket, settings: RootScalarSettings) -> (x, converged)``; ``x0`` is
     unused.
 
-    A bracket without a sign change gives ``converged=False`` (scipy raises).
+    A bracket without a sign change raises scipy's ``ValueError``.
     """
 
     @solver_njit
@@ -23,7 +23,7 @@ def make_bisect(fun: Callable) -> Callable:
         fa = fun(xa, args)
         fb = fun(xb, args)
         if fa * fb > 0:
-            return xa, False
+            raise ValueError("f(a) and f(b) must have different signs")
         if fa == 0:
             return xa, True
         if fb == 0:

@@ -11,7 +11,7 @@ def make_brentq(fun: Callable) -> Callable:
     """``solve(args, x0, bracket, settings: RootScalarSettings) -> (x, converged)``; ``x0`` is
     unused.
 
-    A bracket without a sign change gives ``converged=False`` (scipy raises).
+    A bracket without a sign change raises scipy's ``ValueError``.
     """
 
     @solver_njit
@@ -28,7 +28,7 @@ def make_brentq(fun: Callable) -> Callable:
         if fcur == 0:
             return xcur, True
         if np.signbit(fpre) == np.signbit(fcur):
-            return xcur, False
+            raise ValueError("f(a) and f(b) must have different signs")
         for _ in range(maxiter):
             if fpre != 0 and fcur != 0 and np.signbit(fpre) != np.signbit(fcur):
                 xblk, fblk = xpre, fpre

@@ -61,8 +61,16 @@ def exact_subproblem(hessian, gradient, radius):
     return vectors @ _step_for_shift(eigenvalues, gradient_coords, high), True
 
 
+@solver_njit
+def _refuse_non_finite(hessian):
+    """scipy checks every Hessian it factors (``scipy.linalg`` with ``check_finite``)."""
+    if not np.all(np.isfinite(hessian)):
+        raise ValueError("array must not contain infs or NaNs")
+
+
 def make_trust_exact(fun: Callable) -> Callable:
-    """``solve(x0, args, settings: TrustExactSettings) -> (x, converged)``."""
+    """``solve(x0, args, settings: TrustExactSettings) -> (x, converged)``; a non-finite Hessian
+    (a NaN start) raises scipy's ``ValueError``."""
 
     @solver_njit
     def solve(x0, args, settings):
@@ -70,6 +78,7 @@ def make_trust_exact(fun: Callable) -> Callable:
         x = x0.astype(np.float64)
         maxiter = minimize_maxiter(settings.maxiter, x.shape[0])
         f, g, h = fun(x, args)
+        _refuse_non_finite(h)
         k = 0
         while np.linalg.norm(g) >= gtol:
             step, hits_boundary = exact_subproblem(h, g, radius)
@@ -78,6 +87,7 @@ def make_trust_exact(fun: Callable) -> Callable:
                 return x, False
             x_new = x + step
             f_new, g_new, h_new = fun(x_new, args)
+            _refuse_non_finite(h_new)
             rho = (f - f_new) / predicted
             if rho < 0.25:
                 radius *= 0.25

@@ -5,8 +5,12 @@ Each op's frozen inner graph is funcified once; its first output is the
 objective (or equations) handed to optimistix, which differentiates it with
 JAX where the solver needs derivatives. Solves run with ``throw=False`` and the
 op's ``success`` output is True exactly when optimistix reports a successful
-result. Gradients of the solution need nothing here: PyTensor derives them
-symbolically (implicit function theorem), so the backward graph is ordinary ops.
+result. PyTensor derives the gradients of a solution symbolically (implicit
+function theorem), so under mode="JAX" the backward graph is ordinary ops; a
+function that JAX differentiates itself (PyMC's ``get_jaxified_graph`` for
+numpyro and blackjax) gets the same theorem from `implicit`, with plain JAX
+linear algebra instead of optimistix's lineax-based adjoint, which fails under
+``pmap``/``shard_map`` and raises from a host callback on a NaN.
 Under `Blockwise` the stock lowering vectorises the core function with vmap.
 `LOWERINGS` maps each op class to its lowering; `optimize` registers the op
 classes and imports this module (and optimistix) only when one is first lowered.
@@ -28,8 +32,15 @@ from pytensor.tensor.optimize import (
     ScipyWrapperOp,
 )
 
+from gpubackend.dispatch.jax import damped_newton
 from gpubackend.dispatch.jax.bracket import expand_bracket
-from gpubackend.dispatch.jax.optimize_methods import SolverChoice, solver_choice, solver_for_size
+from gpubackend.dispatch.jax.implicit import implicitly_differentiated, varying_like
+from gpubackend.dispatch.jax.optimize_methods import (
+    ScipyIterations,
+    SolverChoice,
+    solver_choice,
+    solver_for_size,
+)
 from gpubackend.scipy_options import scipy_method
 
 Objective = Callable[[jax.Array, tuple], jax.Array]
@@ -59,6 +70,29 @@ def _start(x0, dtype: str) -> jax.Array:
     return jnp.asarray(x0, dtype=dtype)
 
 
+# optimistix solvers that lineax or equinox refuse to trace inside a manual mesh (`damped_newton`).
+_UNTRACEABLE_IN_MESH = (optx.BFGS, optx.LBFGS, optx.Dogleg, optx.LevenbergMarquardt, optx.Newton)
+
+
+def _in_mesh_stand_in(solve: Callable, fn: Objective, choice: SolverChoice, x0, args: tuple):
+    """``(solution, success)`` by `damped_newton`, with the tolerances and budget of ``choice``."""
+    solver, max_iterations = choice.solver, choice.max_steps
+    if isinstance(choice.solver, ScipyIterations):
+        solver, max_iterations = choice.solver.solver, choice.solver.max_iterations
+    tolerances = damped_newton.Tolerances(rtol=solver.rtol, atol=solver.atol)
+    budget = damped_newton.Budget(max_iterations, choice.max_steps)
+    plain = damped_newton.minimise if solve is optx.minimise else damped_newton.root_find
+    value, success = plain(fn, x0, args, tolerances, budget)
+    return value.astype(x0.dtype), success
+
+
+def _untraceable_in_mesh(choice: SolverChoice) -> bool:
+    solver = choice.solver
+    if isinstance(solver, ScipyIterations):
+        solver = solver.solver
+    return isinstance(solver, _UNTRACEABLE_IN_MESH) and damped_newton.in_manual_mesh()
+
+
 def _solved(
     solve: Callable,
     fn: Objective,
@@ -67,35 +101,65 @@ def _solved(
     args: tuple,
     options: dict | None = None,
 ):
-    """``(solution, success)``: run without throwing; success is optimistix's own verdict."""
-    solution = solve(
-        fn, choice.solver, x0, args=args, options=options, max_steps=choice.max_steps, throw=False
-    )
-    return solution.value.astype(x0.dtype), solution.result == optx.RESULTS.successful
+    """``(solution, success)``: run without throwing; success is optimistix's own verdict.
+
+    Inside ``pmap``/``shard_map``, where lineax and equinox refuse optimistix's
+    quasi-Newton, dogleg, Levenberg-Marquardt and Newton solvers, `damped_newton`
+    stands in for them.
+    """
+    if _untraceable_in_mesh(choice):
+        value, success = _in_mesh_stand_in(solve, fn, choice, x0, args)
+    else:
+        solution = solve(
+            fn,
+            choice.solver,
+            x0,
+            args=args,
+            options=options,
+            max_steps=choice.max_steps,
+            throw=False,
+        )
+        value = solution.value.astype(x0.dtype)
+        success = solution.result == optx.RESULTS.successful
+    # A solution where the objective is not finite (a NaN parameter, an overflow) is undefined:
+    # NaN, so that a logp built on it is NaN too (a sampler's divergence), never a finite guess.
+    defined = jnp.all(jnp.isfinite(fn(value, args)))
+    return jnp.where(defined, value, jnp.nan).astype(x0.dtype), success & defined
 
 
-def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable) -> Callable:
+def _stationary(objective: Objective) -> Objective:
+    """The condition a minimum satisfies: the objective's gradient is zero."""
+    return jax.grad(objective)
+
+
+def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable, minimises: bool) -> Callable:
     """Lower a vector minimize/root op: ``solve`` is ``optx.minimise`` or ``optx.root_find``."""
     dtype = _dtype(op)
     choice_for_size = solver_for_size(
         op, dtype
     )  # refuses unsupported methods and options at compile time
     objective = _objective(op, kwargs)
+    condition = _stationary(objective) if minimises else objective
 
     def vector_solve(x0, *args):
         x0 = _start(x0, dtype)
         # scipy's size-dependent budgets need the size of x, known when tracing.
-        return _solved(solve, objective, choice_for_size(x0.size), x0, args)
+        choice = choice_for_size(x0.size)
+
+        def solved(start, args):
+            return _solved(solve, objective, choice, varying_like(start, args), args)
+
+        return implicitly_differentiated(solved, condition)(x0, args)
 
     return vector_solve
 
 
 def jax_funcify_MinimizeOp(op: MinimizeOp, node=None, **kwargs) -> Callable:
-    return _vector_solve(op, kwargs, optx.minimise)
+    return _vector_solve(op, kwargs, optx.minimise, minimises=True)
 
 
 def jax_funcify_RootOp(op: RootOp, node=None, **kwargs) -> Callable:
-    return _vector_solve(op, kwargs, optx.root_find)
+    return _vector_solve(op, kwargs, optx.root_find, minimises=False)
 
 
 def _bounds_by_name(
@@ -127,8 +191,11 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> C
     choice = solver_choice(op, n_variables=1, dtype=dtype)
     objective = _objective(op, kwargs)
 
-    def minimize_scalar(x0, *inputs):
-        x0 = _start(x0, dtype)
+    def stationary(y, inputs):
+        args, _ = _bounds_by_name(op, (y, *inputs))
+        return jax.grad(objective)(y, args)
+
+    def solved(x0, inputs):
         args, bounds = _bounds_by_name(op, (x0, *inputs))
         lower, upper, found = _search_interval(objective, bounds, args, choice.max_steps)
 
@@ -137,15 +204,21 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> C
         def from_lower(offset, args):
             return objective(lower + offset, args)
 
+        # scipy's minimize_scalar takes no start point: start mid-interval, whatever x0 holds
+        # (a NaN x0 included).
+        middle = ((upper - lower) / 2).astype(x0.dtype)
         offset, success = _solved(
             optx.minimise,
             from_lower,
             choice,
-            x0 - lower,
+            varying_like(middle, inputs),
             args,
             {"lower": 0.0, "upper": upper - lower},
         )
         return (lower + offset).astype(x0.dtype), success & found
+
+    def minimize_scalar(x0, *inputs):
+        return implicitly_differentiated(solved, stationary)(_start(x0, dtype), inputs)
 
     return minimize_scalar
 
@@ -156,9 +229,13 @@ def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
     brackets = scipy_method(op).needs_input == "bracket"
     equation = _objective(op, kwargs)
 
-    def root_scalar(x0, *inputs):
-        x0 = _start(x0, dtype)
+    def residual(y, inputs):
+        args, _ = _bounds_by_name(op, (y, *inputs))
+        return equation(y, args)
+
+    def solved(x0, inputs):
         args, bounds = _bounds_by_name(op, (x0, *inputs))
+        x0 = varying_like(x0, inputs)
         if not brackets:
             return _solved(optx.root_find, equation, choice, x0, args)
         lower, upper = bounds["bracket"][0], bounds["bracket"][1]
@@ -167,10 +244,17 @@ def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
         orientation = jnp.where(at_upper < 0, -1.0, 1.0).astype(x0.dtype)
         sign_changes = at_lower * at_upper <= 0
         rising = lambda y, args: orientation * equation(y, args)  # noqa: E731
+        # scipy's bracketing methods ignore x0 (a NaN x0 included): start mid-bracket.
+        middle = varying_like(((lower + upper) / 2).astype(x0.dtype), inputs)
         value, success = _solved(
-            optx.root_find, rising, choice, x0, args, {"lower": lower, "upper": upper}
+            optx.root_find, rising, choice, middle, args, {"lower": lower, "upper": upper}
         )
-        return value, success & sign_changes
+        # scipy raises ValueError("f(a) and f(b) must have different signs") where NUMBA does;
+        # a traced function cannot raise, so the solution is NaN and success False.
+        return jnp.where(sign_changes, value, jnp.nan).astype(value.dtype), success & sign_changes
+
+    def root_scalar(x0, *inputs):
+        return implicitly_differentiated(solved, residual)(_start(x0, dtype), inputs)
 
     return root_scalar
 

@@ -34,6 +34,7 @@ from gpubackend.scipy_options import (
     minimize_maxiter,
     minpack_maxfev,
     op_options,
+    refuse_before_scipy,
     resolve,
 )
 from gpubackend.scipy_options import settings as s
@@ -174,7 +175,12 @@ def _bracket_minimize(settings: s.BracketMinimizeSettings, n: int, dtype: str) -
 
 
 def _bounded_minimize(settings: s.BoundedMinimizeSettings, n: int, dtype: str) -> SolverChoice:
-    return _golden_search(settings.xatol, settings.maxiter, dtype)
+    # scipy's fminbound stops on an absolute width: its tolerance is sqrt(eps) |x| + xatol / 3.
+    # (Read as a relative tolerance, as brent's xtol is, xatol=1e-4 stopped 6.5e-4 off.)
+    rtol, atol = _floored(dtype, float(np.sqrt(np.finfo(np.float64).eps)), settings.xatol / 3)
+    # ``norm`` is a ClassVar of the scalar solvers; mypy reads the parent's abstract field.
+    golden: optx.AbstractMinimiser = optx.GoldenSearch(rtol=rtol, atol=atol)  # type: ignore[call-arg]
+    return SolverChoice(golden, settings.maxiter)
 
 
 def _bisection(settings: s.RootScalarSettings, n: int, dtype: str) -> SolverChoice:
@@ -214,6 +220,7 @@ optimistix."""
 
 
 def _jax_support(op: ScipyWrapperOp) -> tuple[JaxSupport, SolverBuilder]:
+    refuse_before_scipy(op)
     options = op_options(op)
     method = options.method(op.method)
     if method is None or method.jax is None:

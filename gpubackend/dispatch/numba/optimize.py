@@ -41,7 +41,7 @@ from gpubackend.dispatch.numba import optimize_problem as problem
 from gpubackend.dispatch.numba.optimize_plan import NoNativeSolver, SolverPlan, solver_plan
 from gpubackend.dispatch.numba.scalar_core import scalar_core
 from gpubackend.errors import ObjectModeFallbackWarning
-from gpubackend.scipy_options import scipy_method
+from gpubackend.scipy_options import refuse_before_scipy, scipy_method
 from gpubackend.solvers.bfgs import make_bfgs
 from gpubackend.solvers.bisect import make_bisect
 from gpubackend.solvers.bounded_minimize import make_bounded_minimize
@@ -51,7 +51,6 @@ from gpubackend.solvers.dogleg_root import make_dogleg_root
 from gpubackend.solvers.golden import make_golden
 from gpubackend.solvers.levenberg_marquardt import make_levenberg_marquardt
 from gpubackend.solvers.newton_cg import make_newton_cg
-from gpubackend.solvers.newton_root import make_newton_root
 from gpubackend.solvers.newton_scalar import make_newton_scalar
 from gpubackend.solvers.projected_lbfgs import make_projected_lbfgs
 from gpubackend.solvers.secant import make_secant
@@ -60,7 +59,7 @@ from gpubackend.solvers.trust_exact import make_trust_exact
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 12
+SOLVER_CACHE_VERSION = 13
 
 
 # (op type, native solver) -> (problem adapter, solver factory). A vector
@@ -75,7 +74,6 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[Callable, Callable]] = {
     (MinimizeOp, "trust-exact"): (problem.value_gradient_and_hessian, make_trust_exact),
     (RootOp, "hybr"): (problem.residual_and_jacobian, make_dogleg_root),
     (RootOp, "lm"): (problem.residual_and_jacobian, make_levenberg_marquardt),
-    (RootOp, "newton"): (problem.residual_and_jacobian, make_newton_root),
     (MinimizeScalarOp, "brent"): (problem.scalar_value, make_brent_minimize),
     (MinimizeScalarOp, "golden"): (problem.scalar_value, make_golden),
     (MinimizeScalarOp, "bounded"): (problem.scalar_value, make_bounded_minimize),
@@ -162,6 +160,7 @@ def _interval_name(op: ScipyWrapperOp) -> str | None:
 
 
 def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | None]:
+    refuse_before_scipy(op)  # before object mode can hand scipy what crashes it
     try:
         plan: SolverPlan = solver_plan(op)
     except NoNativeSolver as reason:
