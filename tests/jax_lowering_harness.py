@@ -58,3 +58,11 @@ def assert_matches_reference(
             err_msg=f"output {position} under {mode}",
         )
     return actual
+
+
+def read_only(array) -> np.ndarray:
+    """``array`` as a read-only ndarray: JAX_GPU keeps such a shared value resident (a writeable
+    one is uploaded on every call, since other modes may write it in place)."""
+    frozen = np.array(array)
+    frozen.setflags(write=False)
+    return frozen

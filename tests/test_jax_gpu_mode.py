@@ -11,6 +11,7 @@ from pytensor.link.jax.linker import JAXLinker
 import gpubackend
 from gpubackend import DeviceNotFoundError, InputDeviceError, jax_gpu_mode
 from gpubackend.linker import JAXGPULinker
+from tests.jax_lowering_harness import read_only
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def test_outputs_are_committed_to_the_target_device(target_device):
 
 def test_resident_call_makes_no_transfer(target_device):
     x = pt.vector("x")
-    s = pytensor.shared(np.linspace(0, 1, 7), name="s")
+    s = pytensor.shared(read_only(np.linspace(0, 1, 7)), name="s", borrow=True)
     fn = pytensor.function([x], (x * 2 + s).sum(), mode="JAX_GPU")
     x_dev = resident(np.ones(7), target_device)
     expected = float(np.sum(np.ones(7) * 2 + np.linspace(0, 1, 7)))
@@ -83,12 +84,12 @@ def test_resident_input_is_not_copied(target_device):
 
 
 def test_shared_variable_is_uploaded_once_and_set_value_replaces_it():
-    s = pytensor.shared(np.arange(3.0), name="s")
+    s = pytensor.shared(read_only(np.arange(3.0)), name="s", borrow=True)
     fn = pytensor.function([], s * 2, mode="JAX_GPU")
     fn()
     with jax.transfer_guard("disallow_explicit"):
         fn()
-    s.set_value(np.array([5.0, 6.0, 7.0]))
+    s.set_value(read_only([5.0, 6.0, 7.0]), borrow=True)
     np.testing.assert_allclose(np.asarray(fn()), [10.0, 12.0, 14.0])
     with jax.transfer_guard("disallow_explicit"):
         again = fn()

@@ -17,6 +17,7 @@ from pytensor.compile.builders import OpFromGraph
 import gpubackend
 from gpubackend import DeviceNotFoundError, InputDeviceError, jax_gpu_mode
 from gpubackend.conformance.catalogue import CATALOGUE
+from tests.jax_lowering_harness import read_only
 from tests.multihost.graph import example_graph, example_inputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,7 +28,7 @@ MESH_SIZES = sorted({1, len(CPU_DEVICES)})
 def batched_graphs():
     """Graphs with a batch axis 0 on x: elementwise, reductions over the split axis, scan, OFG."""
     x = pt.matrix("x")
-    w = pytensor.shared(np.linspace(0.5, 1.5, 3), name="w")
+    w = pytensor.shared(read_only(np.linspace(0.5, 1.5, 3)), name="w", borrow=True)
     scaled = OpFromGraph([x], [pt.exp(-(x**2))], inline=False)(x)
     running = pytensor.scan(
         lambda row, acc: acc + row * w,
@@ -61,8 +62,9 @@ def test_split_outputs_stay_split_and_reductions_are_replicated():
 
 def test_shared_variables_are_placed_once_as_declared():
     x = pt.vector("x")
-    table = pytensor.shared(np.arange(4.0), name="table")
-    bias = pytensor.shared(np.float64(1.0), name="bias")
+    # Read-only: JAX_GPU keeps them resident (a writeable host value is uploaded every call).
+    table = pytensor.shared(read_only(np.arange(4.0)), name="table", borrow=True)
+    bias = pytensor.shared(read_only(1.0), name="bias", borrow=True)
     fn = pytensor.function(
         [x], x * table + bias, mode=jax_gpu_mode(devices="cpu", shard={x: 0, "table": 0})
     )

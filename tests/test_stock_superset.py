@@ -54,6 +54,7 @@ from gpubackend.conformance.stock_superset import compare, run_stock_superset
 from gpubackend.conformance.strategies import build_generated, graph_specs
 from gpubackend.conformance.superset_graphs import FAMILIES, SupersetGraph
 from gpubackend.dispatch.jax import blockwise as blockwise_lowering
+from gpubackend.dispatch.jax import boolean_masks
 from gpubackend.dispatch.jax.replacements import REPLACED, stock_lowering
 from gpubackend.registration import REWRITE_TAG, using_lowerings
 
@@ -443,6 +444,26 @@ def _mask_graph(mask_from_data: bool) -> SupersetGraph:
     return SupersetGraph("indexing", "x[mask] = 0", (x,), (out,), (np.array([1.0, -2.0, 3.0]),), 0)
 
 
+def _pair_index_graph() -> SupersetGraph:
+    """``set_subtensor(x[rows, cols], 0)`` with constant index arrays: stock runs it, through
+    AdvancedIncSubtensor's lowering (a write through a boolean mask is lowered by the graph)."""
+    x = pt.matrix("x")
+    out = pt.set_subtensor(x[[0, 1], [1, 0]], 0.0)
+    return SupersetGraph("indexing", "x[rows, cols] = 0", (x,), (out,), (np.ones((2, 2)),), 0)
+
+
+@contextmanager
+def _masked_writes_lowered_by(lowering: Callable) -> Iterator[None]:
+    """``lowering`` serves the writes through a boolean mask, which the graph lowering gives their
+    own function (`boolean_masks`), in the block."""
+    original = boolean_masks._masked_write
+    boolean_masks._masked_write = lambda op, drop_count_axis: lowering(op)
+    try:
+        yield
+    finally:
+        boolean_masks._masked_write = original
+
+
 def _raising(op, node=None, **kwargs):
     def lowered(*inputs):
         raise RuntimeError("a broken lowering")
@@ -467,18 +488,26 @@ def _lowering_of(op_type: type, lowering: Callable) -> Iterator[None]:
 
 
 @pytest.mark.parametrize(
-    ("mask_from_data", "broken", "problem"),
+    ("build", "broken", "problem"),
     [
-        (False, _incrementing, "expected"),
-        (False, _raising, "ours fails where stock runs"),
-        (True, _raising, "another error than stock's"),
+        (_pair_index_graph, lambda: _lowering_of(AdvancedIncSubtensor, _incrementing), "expected"),
+        (
+            _pair_index_graph,
+            lambda: _lowering_of(AdvancedIncSubtensor, _raising),
+            "ours fails where stock runs",
+        ),
+        (
+            lambda: _mask_graph(True),
+            lambda: _masked_writes_lowered_by(_raising),
+            "another error than stock's",
+        ),
     ],
     ids=["other values", "fails where stock runs", "another error"],
 )
-def test_the_differential_catches_a_broken_lowering(mask_from_data, broken, problem) -> None:
-    graph = _mask_graph(mask_from_data)
-    assert compare(graph).verdict in ("same", "refined")
-    comparison = compare(graph, ours=lambda: _lowering_of(AdvancedIncSubtensor, broken))
+def test_the_differential_catches_a_broken_lowering(build, broken, problem) -> None:
+    graph = build()
+    assert compare(graph).verdict in ("same", "added", "refined")
+    comparison = compare(graph, ours=broken)
     assert comparison.verdict == "violation"
     assert all(problem in text for text in comparison.problems), comparison.problems
 
@@ -490,9 +519,7 @@ def test_the_differential_checks_added_values_against_fast_compile() -> None:
     def made_up(op, node=None, **kwargs):
         return lambda x, y, *indices: jnp.zeros_like(x) - 7.0
 
-    comparison = compare(
-        _mask_graph(True), ours=lambda: _lowering_of(AdvancedIncSubtensor, made_up)
-    )
+    comparison = compare(_mask_graph(True), ours=lambda: _masked_writes_lowered_by(made_up))
     assert comparison.verdict == "violation"
     assert any("against FAST_COMPILE" in text for text in comparison.problems)
 
