@@ -214,6 +214,18 @@ def spec_case(spec: ScanSpec | OFGSpec, index: int) -> Case:
     return Case(f"generated_{kind}_{index}", "generated", partial(build_generated, spec))
 
 
+def drawing(count: int) -> settings:
+    """Derandomised settings to draw ``count`` distinct examples: Hypothesis draws some twice (the
+    simplest first), so three times as many are drawn and the callers keep the distinct ones."""
+    return settings(
+        max_examples=count * 3,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
 def draw_specs(count: int) -> list[ScanSpec | OFGSpec]:
     """``count`` distinct specs, reproducibly (derandomised), outside any test runner."""
     if count < 0:  # else Hypothesis refuses max_examples=count * 3
@@ -222,13 +234,7 @@ def draw_specs(count: int) -> list[ScanSpec | OFGSpec]:
     if not count:
         return specs
 
-    @settings(
-        max_examples=count * 3,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @drawing(count)
     @given(graph_specs())
     def collect(spec: ScanSpec | OFGSpec) -> None:
         if len(specs) < count and spec not in specs:

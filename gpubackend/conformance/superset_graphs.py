@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.sharedvalue import SharedVariable
@@ -32,7 +32,7 @@ from pytensor.graph.replace import clone_replace, vectorize_graph
 from pytensor.graph.traversal import graph_inputs
 from pytensor.raise_op import CheckAndRaise
 
-from gpubackend.conformance.strategies import build_generated, graph_specs
+from gpubackend.conformance.strategies import build_generated, drawing, graph_specs
 
 FLOAT = pytensor.config.floatX
 
@@ -517,14 +517,7 @@ def draw_family(name: str, count: int) -> list[SupersetGraph]:
     if count <= 0:
         return graphs
 
-    @settings(
-        # Hypothesis draws some graphs twice (the simplest first): draw more, keep distinct ones.
-        max_examples=count * 3,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @drawing(count)
     @given(FAMILIES[name])
     def collect(graph: SupersetGraph) -> None:
         key = (graph.description, b"".join(value.tobytes() for value in graph.values))

@@ -30,12 +30,14 @@ from typing import Protocol
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pytensor.compile.builders import OpFromGraph
 from pytensor.graph.basic import Variable
 from pytensor.raise_op import Assert, CheckAndRaise
 from pytensor.scan import until
+
+from gpubackend.conformance.strategies import drawing
 
 RECURRENCES = ("sit-sot", "mit-sot", "nit-sot", "sequence")
 """sit-sot ``x_t = f(x_{t-1})``; mit-sot ``f(x_{t-1}, x_{t-2})``; nit-sot: the trace read is a
@@ -1050,13 +1052,7 @@ def _draw(
 ) -> list:
     specs: list[WhileGraphSpec] = []
 
-    @settings(
-        max_examples=count * 3,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @drawing(count)
     @given(strategy)
     def collect(spec: WhileGraphSpec) -> None:
         if len(specs) < count and spec not in specs and spec not in exclude:
