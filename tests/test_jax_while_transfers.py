@@ -346,3 +346,18 @@ def test_the_capacity_ladder_climbs_as_far_as_the_loop_needs(mode):
             np.testing.assert_allclose(
                 np.asarray(value), expected, rtol=1e-12, err_msg=f"{steps} steps"
             )
+
+
+@pytest.mark.parametrize("outputs", ["device", "numpy"])
+def test_a_trace_reaching_an_op_without_a_length_rule_is_seen_specialised(outputs, target_device):
+    """``sort(xs)`` needs the trace's exact length: the graph is specialised on its step counts,
+    and introspection sees it through the numpy-outputs wrapper too."""
+    from gpubackend import jax_gpu_mode
+
+    (x0, limit), graphs = _graphs()
+    sorted_trace = pt.sort(graphs["full trace"])
+    mode = jax_gpu_mode(device=target_device, outputs=outputs)
+    fn = pytensor.function([x0, limit], sorted_trace, mode=mode)
+    reference = pytensor.function([x0, limit], sorted_trace, mode="FAST_COMPILE")
+    np.testing.assert_allclose(np.asarray(fn(0.3, 10.0)), reference(0.3, 10.0), rtol=1e-12)
+    assert specialised_on_step_counts(fn)
