@@ -14,10 +14,12 @@ takes them) of:
 
 Graphs: PyMC's ``logp_dlogp_function(ravel_inputs=True)`` of a small model (a
 Normal likelihood, 2 parameters, 50 observations), of a model whose logp holds a
-Scan (an AR(1) likelihood), and a graph with an optimize op (``minimize`` with
-BFGS and its gradient). Then a device-resident call (``jax.Array`` in and out,
-blocked on) of JAX_GPU (the small model's graph, compiled with
-``pytensor.function``) against the hand jit with the same arrays, and PyMC's NUTS
+Scan (an AR(1) likelihood), a graph with an optimize op (``minimize`` with BFGS
+and its gradient), and a gather at positions known only at run time, which
+JAX_GPU checks as the reference does (issue 27) where JAX clamps. Then
+device-resident calls (``jax.Array`` in and out, blocked on) of JAX_GPU (the
+small model's graph, compiled with ``pytensor.function``, and the gather, whose
+check costs a read) against the hand jit with the same arrays, and PyMC's NUTS
 sampling time per mode on the small model (PyMC's own ``sampling_time``: the
 compile is excluded; best of 2). Every variant of a table is timed in the same
 rounds, in turn, and every ratio is against a baseline from the same run.
@@ -114,6 +116,14 @@ def optimize_graph():
     return [x, a], [solution, pt.grad(solution.sum(), a)], [np.zeros(3), np.array([1.0, -2, 0.5])]
 
 
+def indexed_graph():
+    """A gather at positions known only at run time, which JAX_GPU checks as the reference does (an
+    out-of-range position raises ``IndexError``; JAX and the hand jit clamp it)."""
+    x, positions = pt.vector("x"), pt.lvector("positions")
+    values = np.linspace(0.0, 1.0, 50)
+    return [x, positions], [(x[positions] ** 2).sum()], [values, np.arange(0, 50, 3)]
+
+
 def host_call(fn, *args):
     """A call as PyMC's NUTS makes it: numpy in, every output taken with ``np.asarray``."""
 
@@ -200,6 +210,10 @@ def main() -> None:
     optimize = {mode: pytensor.function(inputs, outputs, mode=mode) for mode in MODES}
     hand_optimize = jaxified_by_hand(optimize["JAX_GPU"], device)
 
+    inputs, outputs, indexed_args = indexed_graph()
+    indexed = {mode: pytensor.function(inputs, outputs, mode=mode) for mode in MODES}
+    hand_indexed = jaxified_by_hand(indexed["JAX_GPU"], device)
+
     graphs = {
         "PyMC logp_dlogp_function, small model": time_graph(
             "small", small, hand_small, (point,), number, repeat
@@ -209,6 +223,9 @@ def main() -> None:
         ),
         "minimize (BFGS) and its gradient": time_graph(
             "optimize", optimize, hand_optimize, optimize_args, number // 5, repeat
+        ),
+        "gather at run-time positions (JAX_GPU checks them)": time_graph(
+            "indexed", indexed, hand_indexed, indexed_args, number, repeat
         ),
     }
     table = Table(title="per call, numpy in and numpy out (median)")
@@ -229,10 +246,13 @@ def main() -> None:
     resident_point = jax.device_put(point, device)
     fgraph = small["JAX_GPU"]._pytensor_function.maker.fgraph
     resident_fn = pytensor.function(fgraph.inputs, fgraph.outputs, mode="JAX_GPU")
+    resident_indexed = [jax.device_put(value, device) for value in indexed_args]
     resident = interleaved_medians(
         {
             "JAX_GPU": lambda: jax.block_until_ready(resident_fn(resident_point)),
             "hand jit": lambda: jax.block_until_ready(hand_small(resident_point)),
+            "JAX_GPU indexed": lambda: jax.block_until_ready(indexed["JAX_GPU"](*resident_indexed)),
+            "hand jit indexed": lambda: jax.block_until_ready(hand_indexed(*resident_indexed)),
         },
         number=number,
         repeat=repeat,
@@ -245,7 +265,13 @@ def main() -> None:
                 resident["JAX_GPU"],
                 resident["hand jit"],
                 "<= 1.1x",
-            )
+            ),
+            (
+                "gather at run-time positions: JAX_GPU (checked, one read) / hand jit (clamps)",
+                resident["JAX_GPU indexed"],
+                resident["hand jit indexed"],
+                "the check's cost",
+            ),
         ],
     )
 

@@ -150,7 +150,7 @@ def jax_funcify_FunctionGraph(
     if kwargs.get("order") is None:
         kwargs["order"] = fgraph.toposort()
     order = kwargs["order"]
-    plan = plan_graph(fgraph, order, **node_kwargs)
+    plan = plan_graph(fgraph, order, index_checks=context.read_back is not None, **node_kwargs)
     graph_lowerings = shape_keeping_lowerings(fgraph)
     if plan is None:
         graph_fn = fgraph_to_python(

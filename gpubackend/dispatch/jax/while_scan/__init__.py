@@ -9,7 +9,8 @@ order a graph meets them:
   traced integer with bounds known while tracing);
 - `rules`: the registry of length-aware lowerings, filled by `lengths`,
   `arrays`, `indexing`, `allocation` and `traces` (Scan itself, over `loop`);
-- `checks`: the reference's errors for conditions only the run settles;
+- `checks`: the reference's errors for conditions only the run settles, and
+  `index_checks`, integer indices checked as the reference does (JAX_GPU);
 - `plan`: which nodes of a graph see a run-time length, decided at lowering;
 - `interpreter`: the graph as one traced function, on a ladder of capacities;
 - `graph`: what each linker and path gets, and `refusals` where it gets none;

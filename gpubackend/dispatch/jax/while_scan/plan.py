@@ -12,6 +12,9 @@ PyTensor may trim, through the rules of `bounded_jax_funcify`, and picks:
   must have their exact length: only a linker that specialises on step
   counts (JAX_GPU) can run the graph.
 - None: no trace of the graph may be trimmed.
+
+For a linker that reads back, the plan also checks the integer indices known
+only at run time (`index_checks`), in graphs with or without a while-Scan.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pytensor.raise_op import CheckAndRaise
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.while_scan.checks import RuntimeCheck
+from gpubackend.dispatch.jax.while_scan.index_checks import checked_indexing, index_checked_nodes
 from gpubackend.dispatch.jax.while_scan.lengths import checks_data_at_run_time
 from gpubackend.dispatch.jax.while_scan.loop import possibly_trimmed_traces
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
@@ -88,18 +92,27 @@ def _run_time_checks(order: Sequence[Apply]) -> set[Apply]:
     }
 
 
-def plan_graph(fgraph, order: Sequence[Apply], **kwargs) -> BoundedPlan | ExactLengthsNeeded | None:
+def plan_graph(
+    fgraph, order: Sequence[Apply], *, index_checks: bool = False, **kwargs
+) -> BoundedPlan | ExactLengthsNeeded | None:
     """None when no while-Scan trace of the graph (whose nodes, in order, are ``order``) may be
-    trimmed, and no check of a graph with a while-Scan needs the run."""
+    trimmed, no check of a graph with a while-Scan needs the run, and no index is checked.
+
+    ``index_checks``: integer indices known only at run time are checked (`index_checks`), for
+    a linker that reads back.
+    """
     trimmed = trimmed_while_scans(order)
     checked = _run_time_checks(order)
-    if not trimmed and not checked:
+    indexed = index_checked_nodes(order) if index_checks else set()
+    if not trimmed and not checked and not indexed:
         return None
     kinds: dict[Variable, Kind] = {}
     lowerings: dict[Apply, BoundedLowering] = {}
     for node in order:
         input_kinds = tuple(kinds.get(value) for value in node.inputs)
         if node not in trimmed and node not in checked and not any(input_kinds):
+            if node in indexed:
+                lowerings[node] = checked_indexing(node.op, node, **kwargs)
             continue
         try:
             lowering = bounded_jax_funcify(node.op, node, input_kinds, **kwargs)

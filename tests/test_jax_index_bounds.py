@@ -1,0 +1,114 @@
+"""Integer indices out of range under JAX_GPU: the reference's ``IndexError``, not JAX's clamp.
+
+With ``x`` of length 3, ``x[5]`` is an ``IndexError`` for NumPy, PyTensor's C
+and Python code and Numba. JAX clamps the read to ``x[2]`` and drops the
+write. JAX_GPU checks every integer index known only at run time and reads the
+check back with the call; indices known while tracing are checked then, and
+cost no read (issue 27, item 2).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+from gpubackend.conformance.checks import count_host_reads
+
+x = pt.vector("x")
+X = pt.matrix("X")
+i = pt.lscalar("i")
+iv = pt.lvector("iv")
+jv = pt.lvector("jv")
+X_VALUE = np.arange(12.0).reshape(3, 4)
+ROWS = np.array([True, False, True])
+
+# name: (inputs, output, bad index values, good index values); x has length 3, X shape (3, 4).
+GRAPHS = {
+    "x[i]": ([x, i], x[i], [5, -4], [-3, 2]),
+    "set_subtensor(x[i])": ([x, i], pt.set_subtensor(x[i], 9.0), [3, -4], [-1, 0]),
+    "inc_subtensor(x[i])": ([x, i], pt.inc_subtensor(x[i], 1.0), [7], [1]),
+    "X[:, i]": ([X, i], X[:, i], [4, -5], [3, -4]),
+    "X[1:, i]": ([X, i], X[1:, i], [4], [-1]),
+    "x[iv]": ([x, iv], x[iv], [[0, 5], [-4, 0]], [[0, -3], [2, 2]]),
+    "inc_subtensor(x[iv])": ([x, iv], pt.inc_subtensor(x[iv], 1.0), [[0, 5]], [[0, -3]]),
+    "set_subtensor(x[iv])": ([x, iv], pt.set_subtensor(x[iv], 9.0), [[3]], [[-1]]),
+    "take(X, iv, axis=1)": ([X, iv], pt.take(X, iv, axis=1), [[4]], [[3, -4]]),
+    "X[iv, jv]": ([X, iv, jv], X[iv, jv], [([0], [4]), ([3], [0])], [([2], [3])]),
+    # A constant mask indexes the first axis, so the integer index is checked against the second.
+    "X[mask, i]": ([X, i], X[ROWS, i], [4], [3]),
+}
+
+
+def _arguments(inputs, index_values):
+    values = [X_VALUE if inputs[0] is X else np.arange(3.0)]
+    indices = index_values if len(inputs) > 2 else (index_values,)
+    return values + [np.asarray(value, dtype=np.int64) for value in indices]
+
+
+@pytest.mark.parametrize("mode", ["JAX_GPU", "JAX_GPU_NUMPY"])
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_an_index_out_of_range_raises_the_references_error(name, mode, target_device):
+    inputs, output, bad, good = GRAPHS[name]
+    reference = pytensor.function(inputs, output, mode="FAST_COMPILE")
+    checked = pytensor.function(inputs, output, mode=mode)
+    for index_values in bad:
+        arguments = _arguments(inputs, index_values)
+        with pytest.raises(IndexError, match="out of bounds"):
+            reference(*arguments)
+        with pytest.raises(IndexError, match="out of bounds for axis"):
+            checked(*arguments)
+    for index_values in good:
+        arguments = _arguments(inputs, index_values)
+        np.testing.assert_array_equal(np.asarray(checked(*arguments)), reference(*arguments))
+
+
+def test_an_index_known_while_tracing_is_checked_then():
+    # x[len(x)]: the index is shape arithmetic, concrete while tracing.
+    output = x[x.shape[0]]
+    with pytest.raises(IndexError, match="index 3 is out of bounds for axis 0 with size 3"):
+        pytensor.function([x], output, mode="FAST_COMPILE")(np.arange(3.0))
+    with pytest.raises(IndexError, match="index 3 is out of bounds for axis 0 with size 3"):
+        pytensor.function([x], output, mode="JAX_GPU")(np.arange(3.0))
+
+
+def test_a_failed_index_check_leaves_shared_variables_as_they_were():
+    state = pytensor.shared(np.arange(3.0), name="state")
+    write = pytensor.function(
+        [i], [], updates={state: pt.set_subtensor(state[i], 9.0)}, mode="JAX_GPU"
+    )
+    with pytest.raises(IndexError, match="out of bounds for axis 0 of state"):
+        write(3)
+    np.testing.assert_array_equal(state.get_value(), [0.0, 1.0, 2.0])
+    write(-1)
+    np.testing.assert_array_equal(state.get_value(), [0.0, 1.0, 9.0])
+
+
+@pytest.mark.parametrize(
+    ("name", "output", "reads"),
+    [
+        ("x[i]", x[i], 1),
+        ("x[iv]", x[iv], 1),
+        ("x[-1]", x[-1], 0),
+        ("x[arange(len(x))]", x[pt.arange(x.shape[0])], 0),
+        ("x[len(x) - 1]", x[x.shape[0] - 1], 0),
+    ],
+)
+def test_only_indices_known_at_run_time_cost_a_read(name, output, reads, target_device):
+    inputs = [x, *(value for value in (i, iv) if value in pytensor.graph.ancestors([output]))]
+    fn = pytensor.function(inputs, output, mode="JAX_GPU")
+    arguments = [np.arange(3.0), *([0] if i in inputs else []), *([[0, 1]] if iv in inputs else [])]
+    resident = [jax.device_put(np.asarray(value), target_device) for value in arguments]
+    fn(*resident)
+    counted = count_host_reads(fn, resident, target_device)
+    assert not counted.implicit, counted
+    assert counted.explicit == reads, counted
+
+
+def test_stock_jax_keeps_jaxs_clamping():
+    """mode="JAX" with the plugin keeps JAX's semantics: a check there would cost a host
+    callback per call (README, "Index bounds")."""
+    clamped = pytensor.function([x, i], x[i], mode="JAX")
+    assert float(clamped(np.arange(3.0), 5)) == 2.0
