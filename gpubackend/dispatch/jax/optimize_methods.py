@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
@@ -65,6 +66,13 @@ class ScipyIterations(optx.AbstractMinimiser):
     "max steps reached" result, once ``max_iterations`` of them are done
     without convergence. optimistix's own ``max_steps`` then only bounds the
     evaluations (see `EVALUATIONS_PER_ITERATION`).
+
+    With ``gradient_tolerance`` (BFGS and CG), scipy's test replaces the
+    solver's Cauchy test (small changes of the iterate and the value), which
+    passes at tight tolerances where the gradient is still far above them:
+    converged once ``norm(grad) <= gtol`` at the iterate, and failed, as
+    scipy's line search fails ("precision loss"), once `EVALUATIONS_PER_ITERATION`
+    trial points in a row leave the iterate where it was.
     """
 
     solver: optx.AbstractMinimiser
@@ -73,19 +81,35 @@ class ScipyIterations(optx.AbstractMinimiser):
     rtol: float
     atol: float
     norm: Callable
+    gradient_tolerance: GradientTolerance | None = eqx.field(static=True, default=None)
 
     def init(self, fn, y, args, options, f_struct, aux_struct, tags):
-        return self.solver.init(fn, y, args, options, f_struct, aux_struct, tags), jnp.array(0)
+        inner = self.solver.init(fn, y, args, options, f_struct, aux_struct, tags)
+        return inner, jnp.array(0), jnp.array(0)
 
     def step(self, fn, y, args, options, state, tags):
-        inner, iterations = state
+        inner, iterations, standing = state
         new_y, inner, aux = self.solver.step(fn, y, args, options, inner, tags)
         moved = jnp.any(new_y != y)
-        return new_y, (inner, iterations + moved.astype(iterations.dtype)), aux
+        iterations = iterations + moved.astype(iterations.dtype)
+        standing = jnp.where(moved, 0, standing + 1)
+        return new_y, (inner, iterations, standing), aux
 
     def terminate(self, fn, y, args, options, state, tags):
-        inner, iterations = state
+        inner, iterations, standing = state
         done, result = self.solver.terminate(fn, y, args, options, inner, tags)
+        if self.gradient_tolerance is not None:
+            # The inner state's gradient is at the iterate ``y`` (a placeholder before the first
+            # step, when it is skipped).
+            converged = ~inner.first_step & self.gradient_tolerance.met(inner.f_info.grad)
+            stalled = standing >= EVALUATIONS_PER_ITERATION
+            failed = result != optx.RESULTS.successful
+            result = optx.RESULTS.where(
+                converged,
+                optx.RESULTS.successful,
+                optx.RESULTS.where(stalled, optx.RESULTS.nonlinear_max_steps_reached, result),
+            )
+            done = converged | stalled | failed
         out_of_iterations = (iterations >= self.max_iterations) & ~done
         result = optx.RESULTS.where(
             out_of_iterations, optx.RESULTS.nonlinear_max_steps_reached, result
@@ -94,6 +118,24 @@ class ScipyIterations(optx.AbstractMinimiser):
 
     def postprocess(self, fn, y, aux, args, options, state, tags, result):
         return self.solver.postprocess(fn, y, aux, args, options, state[0], tags, result)
+
+
+@dataclass(frozen=True)
+class GradientTolerance:
+    """scipy's convergence test of BFGS and CG: ``vecnorm(grad, ord=norm) <= gtol``."""
+
+    gtol: float
+    norm: float
+
+    def met(self, grad) -> jax.Array:
+        flat = jnp.ravel(grad)
+        if self.norm == np.inf:
+            size = jnp.max(jnp.abs(flat))
+        elif self.norm == -np.inf:
+            size = jnp.min(jnp.abs(flat))
+        else:
+            size = jnp.sum(jnp.abs(flat) ** self.norm) ** (1.0 / self.norm)
+        return size <= self.gtol
 
 
 EVALUATIONS_PER_ITERATION = 64
@@ -108,7 +150,10 @@ def _floored(dtype: str, rtol: float, atol: float) -> tuple[float, float]:
 
 
 def _iterations(
-    solver: optx.AbstractMinimiser, maxiter: int, max_evaluations: int | None = None
+    solver: optx.AbstractMinimiser,
+    maxiter: int,
+    max_evaluations: int | None = None,
+    gradient_tolerance: GradientTolerance | None = None,
 ) -> SolverChoice:
     """A minimiser stopped after ``maxiter`` scipy iterations (and ``max_evaluations`` trial points,
     if given)."""
@@ -121,16 +166,23 @@ def _iterations(
         rtol=solver.rtol,
         atol=solver.atol,
         norm=solver.norm,
+        gradient_tolerance=gradient_tolerance,
     )
     return SolverChoice(wrapped, max_steps)
 
 
-# optimistix has no gradient-norm test: a gradient method's ``gtol`` becomes the
-# tolerance of its Cauchy test (small change of both the iterate and the value).
+def _gradient_tolerance(settings: s.LineSearchSettings, dtype: str) -> GradientTolerance:
+    gtol, _ = _floored(dtype, settings.gtol, settings.gtol)
+    return GradientTolerance(gtol, float(settings.norm))
+
+
+# optimistix has no gradient-norm test: `ScipyIterations` applies scipy's. The Cauchy test's
+# tolerances stay the solver's (the in-mesh stand-in, `damped_newton`, reads them).
 def _bfgs(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
     return _iterations(
         optx.BFGS(*_floored(dtype, settings.gtol, settings.gtol)),
         minimize_maxiter(settings.maxiter, n),
+        gradient_tolerance=_gradient_tolerance(settings, dtype),
     )
 
 
@@ -138,7 +190,11 @@ def _cg(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
     solver: optx.AbstractMinimiser = optx.NonlinearCG(
         *_floored(dtype, settings.gtol, settings.gtol)
     )
-    return _iterations(solver, minimize_maxiter(settings.maxiter, n))
+    return _iterations(
+        solver,
+        minimize_maxiter(settings.maxiter, n),
+        gradient_tolerance=_gradient_tolerance(settings, dtype),
+    )
 
 
 def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:
