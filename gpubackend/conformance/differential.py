@@ -119,7 +119,9 @@ CHUNK = 40
 # --- What one run of one graph gave ---------------------------------------------------------------
 
 
-_CHECKED_IN_COMPUTATION = re.compile(r"EquinoxRuntimeError: ([A-Za-z]+Error): ")
+_CHECKED_IN_COMPUTATION = re.compile(
+    r"(?:EquinoxRuntimeError|CheckFailedInComputation): ([A-Za-z]+Error): "
+)
 """How the reference's error type shows in JAX's runtime error from a check inside the
 computation."""
 

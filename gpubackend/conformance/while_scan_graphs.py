@@ -825,11 +825,10 @@ def call_inputs(spec: WhileGraphSpec) -> list[dict[str, np.ndarray]]:
     return calls + _step_count_edge_calls(loop, calls[0])
 
 
-STEP_COUNT_EDGES = (-1,)
+STEP_COUNT_EDGES = (-1, 0)
 """The step counts of the calls after the planned stops, where ``n_steps`` is given at run time: a
-negative one (the reference raises ``IndexError``). Zero is left out for now: a check inside the
-computation on a graph whose outputs are all empty does not fire on the paths that do not own the
-call (mode="JAX", get_jaxified_graph), a known gap."""
+negative one (the reference raises ``IndexError``), and zero (empty traces, whose last entry the
+reference cannot read)."""
 
 
 def _step_count_edge_calls(loop: LoopSpec, first_call: dict) -> list[dict[str, np.ndarray]]:

@@ -16,18 +16,22 @@ costs:
   graphs) gets it checked inside the computation by Equinox's
   ``branched_error_if``, a host callback: the call then waits for the device, and
   the error is JAX's runtime error, whose message starts with the reference's
-  error type (`raise_in_graph`).
+  error type (`raise_in_graph`; where every output is empty, a debug callback
+  raising `CheckFailedInComputation` stands in, as XLA drops equinox's).
 
 A graph whose checks are all proven while tracing has no code, and pays nothing.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -79,12 +83,35 @@ def raise_failure(code: int, checks: Sequence[RuntimeCheck]) -> None:
         raise check.error(check.message)
 
 
+class CheckFailedInComputation(Exception):
+    """A run-time check that failed inside a computation whose outputs are all empty; its message
+    starts with the reference's error type."""
+
+
+def _raise_first_failure(code, messages: tuple[str, ...]) -> None:
+    failed = np.asarray(code)[np.asarray(code) > 0]  # vmapped: one code per batch entry
+    if failed.size:
+        raise CheckFailedInComputation(messages[int(failed.flat[0]) - 1])
+
+
 def raise_in_graph(values, code, checks: Sequence[RuntimeCheck]):
     """``values``, which raise the failing check's error when the computation runs (a host
-    callback)."""
+    callback, made only where a check fails)."""
     if code is None:
+        return values
+    messages = tuple(check.describe() for check in checks)
+    if all(np.size(leaf) == 0 for leaf in jax.tree.leaves(values)):
+        # A check attached to outputs that are all empty never runs: XLA computes nothing for them,
+        # equinox's pure callback included (a while-Scan of zero steps returns such traces). A
+        # debug callback is an effect, which XLA keeps.
+        jax.lax.cond(
+            code > 0,
+            lambda: jax.debug.callback(
+                functools.partial(_raise_first_failure, messages=messages), code
+            ),
+            lambda: None,
+        )
         return values
     import equinox as eqx  # equinox loads with the first while-Scan, not with gpubackend
 
-    messages = [check.describe() for check in checks]
-    return eqx.branched_error_if(values, code > 0, jnp.maximum(code - 1, 0), messages)
+    return eqx.branched_error_if(values, code > 0, jnp.maximum(code - 1, 0), list(messages))
