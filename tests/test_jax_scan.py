@@ -273,6 +273,31 @@ def test_a_while_scan_head_joined_to_a_for_scan_over_the_steps_left_on_the_jaxif
     np.testing.assert_allclose(np.asarray(lowered(1.0)[0]), want, rtol=1e-12)
 
 
+def _head_cut_by_another_trace(x0, n: int = 20):
+    """As `_head_and_tail`, but the head is one trace cut at the length of another trace of the same
+    while-Scan, as pymc-extras' convergent Kalman filter cuts its state trace at
+    ``k = minimum(len(loglike trace), n - 1)``."""
+    states, sizes = _scan(
+        lambda x: ((x * 0.5, pt.abs(x)), until(pt.abs(x * 0.5) < 1e-3)),
+        outputs_info=[x0, None],
+        n_steps=n,
+    )
+    k = pt.minimum(sizes.shape[0], n - 1)
+    tail = _scan(lambda x: x * 0.5, outputs_info=[states[k - 1]], n_steps=n - k)
+    return pt.concatenate([states[:k], tail])
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_head_cut_at_the_length_of_another_trace_of_its_while_scan_has_a_static_length(mode):
+    """Every trace of a while-Scan has its length tabulated on the same steps: the lengths of two
+    of them stay known relative to each other (refused with DataDependentLengthError under
+    mode="JAX" before)."""
+    x0 = pt.scalar("x0")
+    full = _head_cut_by_another_trace(x0)
+    for start in (1.0, 1e-4):
+        assert_matches_reference([x0], [full, full.sum()], [np.asarray(start)], mode)
+
+
 SECOND_ORDER_SCAN_GRADIENT = """
 import numpy as np, pytensor, pytensor.tensor as pt
 import gpubackend

@@ -42,6 +42,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     bounds_of,
     is_traced,
     known_value,
+    length_between,
     value_of,
     with_capacity,
 )
@@ -72,8 +73,9 @@ class LoopResult(NamedTuple):
     stopped: Any
     """The ``until`` condition held at the last step taken."""
     steps_table: Table | None = None
-    """A for-Scan that runs all its steps: its step count as a function of one length, where its
-    ``n_steps`` is one (the steps left after a while-Scan: ``n - len(head)``)."""
+    """The steps taken as a function of one length: a while-Scan's steps themselves (its traces'
+    lengths then share that atom), and a for-Scan that runs all its steps, where its ``n_steps``
+    is a tabulated length (the steps left after a while-Scan: ``n - len(head)``)."""
 
 
 def traced_slots(op: Scan) -> list[int]:
@@ -348,17 +350,25 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
         mit_mot_result = [
             (buffer, given.length) for buffer, given in zip(mit_mot_final, mit_mot, strict=True)
         ]
+        steps_bounds = (max(fewest, 0.0), limit)
+        if info.as_while:
+            # The steps tabulated on themselves: every trace's length is then a function of this one
+            # atom, so lengths taken from two traces (the convergent Kalman filter cuts one trace
+            # at the length of another) stay known relative to each other.
+            steps_table = length_between(steps_taken, *steps_bounds).table
+        else:
+            # Unlimited, a for-Scan takes exactly its n_steps.
+            steps_table = None if limited else getattr(outer_inputs[0], "table", None)
         return LoopResult(
             n_steps,
             steps_taken,
-            (max(fewest, 0.0), limit),
+            steps_bounds,
             mit_mot_result,
             traces,
             untraced_final,
             overflow,
             stopped,
-            # Unlimited, a for-Scan takes exactly its n_steps.
-            getattr(outer_inputs[0], "table", None) if not (info.as_while or limited) else None,
+            steps_table,
         )
 
     return run
