@@ -278,8 +278,11 @@ class JAXGPULinker(DispatchingJAXLinker):
         # the shared variables must keep their buffers.
         static = (0, *_shifted(self.scalar_shape_inputs, 1))
         donated = () if plan.n_specialised or plan.checks else _shifted(updated, 1)
+        on_host_platform = self.placement.platform == "cpu"
         if plan.continuation is None:
-            return HostReadingFunction(jitted(fn, static, donated, leading=1), plan)
+            return HostReadingFunction(
+                jitted(fn, static, donated, leading=1), plan, on_host_platform=on_host_platform
+            )
         # The continuation takes (outputs, reads, overflow, *inputs), donating what the graph would.
         higher = jitted(
             plan.continuation, _shifted(static[1:], 2), _shifted(donated, 2), leading=None
@@ -287,7 +290,7 @@ class JAXGPULinker(DispatchingJAXLinker):
         ladder = SplitLadder(
             jitted(fn, static, leading=1), jitted(fn, static, donated, leading=1), higher
         )
-        return HostReadingFunction(ladder, plan)
+        return HostReadingFunction(ladder, plan, on_host_platform=on_host_platform)
 
     def _outputs_to_host(self, call):
         """With ``outputs="numpy"``, the call returns numpy: one device-to-host copy per output.

@@ -139,8 +139,8 @@ def check_resident(
     fn: Function, graph: CaseGraph, device_spec: str, outputs: Sequence, declared_reads: int = 0
 ) -> CheckResult:
     """Outputs are on the target device, and a warm call with resident inputs uploads nothing and
-    reads from the device exactly the ``declared_reads`` explicit times (``jax.device_get``), never
-    implicitly."""
+    reads from the device exactly the ``declared_reads`` explicit times (``jax.device_get``, or the
+    backend's `read_back`), never implicitly."""
     device = resolve_device(device_spec)
     misplaced = [
         position
@@ -183,7 +183,8 @@ class HostReads:
 def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> HostReads:
     """Call ``fn`` once under transfer guards, counting its reads from the device.
 
-    Explicit reads are the calls to ``jax.device_get``. Implicit ones
+    Explicit reads are the calls to ``jax.device_get`` and to the backend's
+    read, `host.read_back` (a numpy view on the host platform). Implicit ones
     (``np.asarray``, ``int()``, ``bool()`` of a device array) are refused by
     JAX's device-to-host guard on accelerators, but it does not see them on
     CPU devices. There the call's device inputs are first made to wait on a
@@ -222,20 +223,27 @@ def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> Host
 
 @contextmanager
 def _counting_device_gets() -> Iterator[list[int]]:
-    """Count ``jax.device_get`` calls (the only explicit read the backend makes) while the block
-    runs."""
-    original = jax.device_get
+    """Count explicit reads while the block runs: calls of ``jax.device_get``, and of the backend's
+    one read per run, `host.read_back` (which reads without ``jax.device_get`` on the host
+    platform, and counts once where it calls it)."""
+    from gpubackend.dispatch.jax.while_scan import host
+
+    original_device_get, original_read_back = jax.device_get, host.read_back
     count = [0]
 
-    def counted(tree):
+    def counted_device_get(tree):
         count[0] += 1
-        return original(tree)
+        return original_device_get(tree)
 
-    jax.device_get = counted
+    def counted_read_back(values, on_host_platform):
+        count[0] += 1
+        return original_read_back(values, on_host_platform)
+
+    jax.device_get, host.read_back = counted_device_get, counted_read_back
     try:
         yield count
     finally:
-        jax.device_get = original
+        jax.device_get, host.read_back = original_device_get, original_read_back
 
 
 # The wait must dwarf a call's own dispatch time, also on a loaded machine.

@@ -66,7 +66,8 @@ def lowered_while_scan_graph(
             buffers = [value.buffer if isinstance(value, Bounded) else value for value in outputs]
             return typed(buffers), HostReads(lengths, error_code)
 
-        if not context.split_ladder:
+        # A graph without a while-Scan (only index checks) has no ladder to split.
+        if not context.split_ladder or not plan.while_scans:
             read_back.plan = HostReadPlan(plan.checks, positions)
             return lambda step_counts, *inputs: returned(*graph.whole(*inputs)[:2])
 
