@@ -7,6 +7,9 @@
 #                                       and tests/statespace of pymc-extras' sdist (hours, 2 cores)
 #   ci/pymc_extras/run.sh --workers N   pytest-xdist workers per run (default 2)
 #   ci/pymc_extras/run.sh --update-fixes   rewrite plugin_fixes.txt from this run's results
+#   ci/pymc_extras/run.sh --samplers    instead of the tests: pymc-extras' Laplace-marginalised and
+#                                       convergent state-space models on every JAX sampler path,
+#                                       against PyMC's NUTS on NUMBA (samplers.py; about 5 min)
 #
 # It builds its own virtualenv, $VENV (default .venv-pymc-extras), with this checkout (editable),
 # PyMC 6.3.2 and pymc-extras 0.15.1 (pymc-extras 0.15.1 requires pymc<6.4, so the main legs stay
@@ -26,16 +29,18 @@ repo=$(pwd)
 leg=$repo/ci/pymc_extras
 
 usage() {
-  echo "usage: ci/pymc_extras/run.sh [--full] [--workers N] [--update-fixes]" >&2
+  echo "usage: ci/pymc_extras/run.sh [--full | --samplers] [--workers N] [--update-fixes]" >&2
   exit 2
 }
 
 full=false
+samplers=false
 workers=2
 compare_flags=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --full) full=true ;;
+    --samplers) samplers=true ;;
     --workers) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; workers=$2; shift ;;
     --update-fixes) compare_flags+=(--update-fixes) ;;
     *) usage ;;
@@ -68,11 +73,20 @@ if [ ! -f "$stamp" ] || ! cat "$constraints" pyproject.toml | cmp -s - "$stamp";
     "pymc-extras==$PYMC_EXTRAS_VERSION"
   tar -xzf "$sdist_dir/pymc_extras-$PYMC_EXTRAS_VERSION.tar.gz" -C "$sdist_dir"
   # pytest, xdist and timeout run the tests; statsmodels and patsy are imported by 8 statespace
-  # modules; numpyro by test_full_models.py::test_numpyro_compat.
+  # modules; numpyro by test_full_models.py::test_numpyro_compat; blackjax and nutpie by
+  # samplers.py.
   "$py" -m pip install -q -c "$constraints" -e . \
     "$sdist_dir/pymc_extras-$PYMC_EXTRAS_VERSION.tar.gz" \
-    pytest pytest-xdist pytest-timeout statsmodels patsy numpyro
+    pytest pytest-xdist pytest-timeout statsmodels patsy numpyro blackjax nutpie
   cat "$constraints" pyproject.toml > "$stamp"
+fi
+
+# Two simulated host devices, as the issue's run and the main legs have them.
+export XLA_FLAGS="--xla_force_host_platform_device_count=2"
+
+if $samplers; then
+  "$py" "$leg/samplers.py" | tee "$reports/samplers.txt"
+  exit "${PIPESTATUS[0]}"
 fi
 
 if $full; then
@@ -81,8 +95,6 @@ else
   mapfile -t selection < <(grep -v '^\s*\(#\|$\)' "$leg/selection.txt")
 fi
 
-# Two simulated host devices, as the issue's run and the main legs have them.
-export XLA_FLAGS="--xla_force_host_platform_device_count=2"
 export PYTHONPATH="$leg${PYTHONPATH:+:$PYTHONPATH}"
 git rev-parse HEAD > "$reports/commit.txt"
 : > "$reports/durations.txt"
