@@ -7,6 +7,8 @@ JAX functions read it as before. An updated value is the JAX_GPU function's
 device output, left in the container as stock ``mode="JAX"`` leaves its own.
 """
 
+import time
+
 import jax
 import numpy as np
 import pytensor
@@ -75,6 +77,25 @@ def test_numba_reads_a_value_a_jax_update_left(updater, reader):
     np.testing.assert_allclose(
         pytensor.function([], read_graph(acc), mode=reader)(), [5.0, 5.0, 5.0]
     )
+
+
+def test_numba_functions_that_met_a_jax_array_leave_no_cache_entry_naming_gpubackend():
+    """PyTensor's Numba cache is shared by every process of the machine: an index that pickled
+    gpubackend's type would import gpubackend in processes that never imported it (the stock ways
+    of the pymc-extras leg caught it), or fail where it is not installed."""
+    from pytensor.link.numba.cache import NUMBA_CACHE_PATH
+
+    started = time.time()
+    x = pt.vector("x")
+    acc = pytensor.shared(np.zeros(5), name="acc_for_the_cache")
+    pytensor.function([x], [], updates={acc: acc + x}, mode="JAX_GPU")(np.ones(5))
+    # A graph of its own (a constant no other test uses), so its inner functions compile here.
+    read = pytensor.function([], acc * 3.25 + acc.shape[0], mode="NUMBA")
+    np.testing.assert_allclose(read(), np.full(5, 8.25))
+    written = [path for path in NUMBA_CACHE_PATH.glob("*.nbi") if path.stat().st_mtime >= started]
+    assert written, "the NUMBA function's inner functions were cached"
+    naming = [path.name for path in written if b"gpubackend" in path.read_bytes()]
+    assert not naming, naming
 
 
 @pytest.mark.xfail(

@@ -36,13 +36,27 @@ class HostCopyOfJaxArray(types.Array):
     def key(self):
         return self.dtype, self.ndim
 
+    def __reduce__(self):
+        # PyTensor's Numba cache is shared by every process of the machine, and an index that
+        # pickled this class would import gpubackend wherever it is read, also in a process that
+        # never imported it (or cannot). Inside compiled code this type is a plain C-contiguous
+        # array (same data model): PyTensor's inner functions, which have no Python wrapper, compile
+        # to the same code for either, so their cache entries are filed under the plain type. The
+        # final function, whose wrapper copies (`_unbox_host_copy`), is never cached.
+        return types.Array, (self.dtype, self.ndim, "C")
+
 
 register_model(HostCopyOfJaxArray)(ArrayModel)
 
 
 @unbox(HostCopyOfJaxArray)
 def _unbox_host_copy(typ: HostCopyOfJaxArray, obj, c) -> NativeValue:
-    copy = c.pyapi.unserialize(c.pyapi.serialize_object(np.array))
+    # np.array by its address, a dynamic global: Numba never caches a function whose Python
+    # wrapper copies, which a plain array's signature would otherwise find in the cache.
+    copy = c.builder.bitcast(
+        c.context.add_dynamic_addr(c.builder, id(np.array), info="numpy.array"),
+        c.pyapi.pyobj,
+    )
     host = c.pyapi.call_function_objargs(copy, [obj])
     plain = types.Array(typ.dtype, typ.ndim, "C")
     native = cgutils.alloca_once(c.builder, c.context.get_value_type(plain))
