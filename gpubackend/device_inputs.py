@@ -203,9 +203,10 @@ class ResidentSharedCell:
     on its identity. A writeable host array is uploaded on every call: NUMBA
     and C updates, and a user's ``v += 5`` on the array ``get_value(borrow=True)``
     gave, write it in place, keeping its identity, and nothing tells this
-    function. Uploads are copies, never aliases (``may_alias=False``): on the
-    CPU JAX could otherwise share the buffer, which JAX assumes immutable and
-    others write.
+    function. Uploads are of copies, never of the array itself: on the CPU JAX
+    could otherwise share the buffer, which JAX assumes immutable and others
+    write. Where this process addresses the whole sharding, the copy is a
+    private numpy one that jit uploads with the call's other host inputs.
 
     An updated shared variable gets the function's output, a ``jax.Array`` on
     this function's device(s), written into its container by ``Function``, as
@@ -214,28 +215,35 @@ class ResidentSharedCell:
     back instead would let NUMBA and C functions read an updated value, but at
     the price of a device-to-host copy and a host sync on every call, which
     this backend exists to avoid; the device array defers that copy to whoever
-    reads it (``np.asarray``, Python ``perform`` ops, JAX functions), and a
-    NUMBA or C function fails on it exactly as after a stock JAX update
-    (``shared.set_value(np.asarray(shared.get_value()))`` brings it back on
-    purpose).
+    reads it (``np.asarray``, Python ``perform`` ops, JAX functions, NUMBA
+    through a host copy); C code fails on it exactly as after a stock JAX
+    update (``shared.set_value(np.asarray(shared.get_value()))`` brings it back
+    on purpose).
     """
 
-    __slots__ = ("cell", "device_copy", "label", "sharding", "split_axis")
+    __slots__ = ("cell", "device_copy", "jit_uploads", "label", "sharding", "split_axis")
 
     def __init__(self, cell: list, sharding: Sharding, split_axis: int | None, label: str):
         self.cell = cell
         self.sharding = sharding
         self.split_axis = split_axis
         self.label = label
+        # jit fills a sharding this process addresses whole from a host array, in its C++ dispatch.
+        self.jit_uploads = sharding.is_fully_addressable
         # (source, device copy), replaced as one object so that concurrent calls
         # never pair a value with another's copy. Holding the source keeps its
         # identity from being reused by a new value.
         self.device_copy: tuple[Any, jax.Array | None] = (_NO_VALUE, None)
 
-    def __getitem__(self, index: int) -> jax.Array:
+    def __getitem__(self, index: int) -> jax.Array | np.ndarray:
         value = self.cell[index]
         if isinstance(value, np.ndarray) and value.flags.writeable:
             check_divisible(np.shape(value), self.split_axis, self.sharding, self.label)
+            if self.jit_uploads:
+                # A private copy, uploaded by jit with the call's other host inputs, not by a Python
+                # device_put (about 25 µs each): no one else holds it, so a buffer JAX shares with
+                # it on the CPU is never written.
+                return value.copy()
             return place(value, self.sharding, may_alias=False)
         source, resident = self.device_copy
         # A copy this function donated in a call that failed before its update
