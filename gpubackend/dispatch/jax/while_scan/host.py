@@ -145,7 +145,7 @@ class HostReadingFunction:
     def __call__(self, *args):
         step_counts = self._step_counts
         if not step_counts and not self._cut:
-            # Only checks to read (index bounds): one run, at most one read.
+            # Nothing to read but checks (index bounds, a while-Scan's): one run, at most one read.
             outputs, reads = self._run(step_counts, *args)
             if reads.error_code is not None:
                 [error_code] = read_back((reads.error_code,), self._on_host_platform)
