@@ -89,7 +89,8 @@ class CheckFailedInComputation(Exception):
 
 
 def _raise_first_failure(code, messages: tuple[str, ...]) -> None:
-    failed = np.asarray(code)[np.asarray(code) > 0]  # vmapped: one code per batch entry
+    codes = np.asarray(code)  # vmapped: one code per batch entry
+    failed = codes[codes > 0]
     if failed.size:
         raise CheckFailedInComputation(messages[int(failed.flat[0]) - 1])
 
