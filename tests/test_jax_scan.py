@@ -298,6 +298,33 @@ def test_a_head_cut_at_the_length_of_another_trace_of_its_while_scan_has_a_stati
         assert_matches_reference([x0], [full, full.sum()], [np.asarray(start)], mode)
 
 
+def _growing_until(x0, stop):
+    return _scan(lambda x: (x * 1.5, until(x * 1.5 > stop)), outputs_info=[x0], n_steps=8)
+
+
+def test_ifelse_branches_reading_a_trace_are_refused_under_mode_jax_with_pt_switch_as_advice():
+    """PyTensor moves what only one branch needs (here the length) into a LazyIfElse branch, so the
+    trace itself reaches it: mode='JAX' cannot give it its exact length, and says what works."""
+    x0, stop, k = pt.dscalar("x0"), pt.dscalar("stop"), pt.lscalar("k")
+    xs = _growing_until(x0, stop)
+    n = xs.shape[0]
+    out = ifelse(n >= k, 2 * xs.sum(), xs.sum() - n)
+    with pytest.raises(DataDependentLengthError, match=r"LazyIfElse.*pt\.switch"):
+        pytensor.function([x0, stop, k], out, mode="JAX")
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_pt_switch_between_values_read_from_a_trace(mode):
+    """The refusal's advice: pt.switch computes both values, each a reduction of the trace."""
+    x0, stop, k = pt.dscalar("x0"), pt.dscalar("stop"), pt.lscalar("k")
+    xs = _growing_until(x0, stop)
+    n = xs.shape[0]
+    out = pt.switch(n >= k, 2 * xs.sum(), xs.sum() - n)
+    for stop_value in (3.0, 100.0):
+        values = [np.float64(1.0), np.float64(stop_value), np.int64(3)]
+        assert_matches_reference([x0, stop, k], [out], values, mode)
+
+
 SECOND_ORDER_SCAN_GRADIENT = """
 import numpy as np, pytensor, pytensor.tensor as pt
 import gpubackend

@@ -155,6 +155,13 @@ REGRESSIONS = {
     "5-set-subtensor-of-a-slice-with-the-wrong-length": regression(
         ConsumerSpec("set_slice", variant="mismatch", summed=True)
     ),
+    # The zero-step call reuses the first call's one-entry value: it broadcasts over the empty
+    # slice, as numpy's does.
+    "5-one-entry-written-over-the-slice-of-an-empty-trace": regression(
+        ConsumerSpec("set_slice", variant="match", summed=True),
+        LoopSpec(bound=8, n_steps="input"),
+        stops=(2, 8, 5),
+    ),
     "6-assert-on-the-length": regression(
         ConsumerSpec("check_length", position=5, variant="Assert", summed=True), stops=(3, 8, 6)
     ),
@@ -185,6 +192,18 @@ REGRESSIONS = {
     "12-step-from-an-input": regression(ConsumerSpec("step_input", position=2, summed=True)),
     "13-a-vector-of-another-length": regression(
         ConsumerSpec("with_vector", variant="mismatch", summed=True)
+    ),
+    "12-branches-reading-a-trace-whose-bound-comes-from-data": regression(
+        ConsumerSpec("length", position=0, variant="ifelse"),
+        LoopSpec("nit-sot", "bool", bound=8, n_steps="data"),
+    ),
+    "length-three-operand-add": regression(ConsumerSpec("length", position=3, variant="add3")),
+    "length-three-operand-product": regression(ConsumerSpec("length", position=2, variant="mul3")),
+    "length-reduction-pinned-by-its-bounds": regression(
+        ConsumerSpec("length", variant="pinned_max")
+    ),
+    "length-branches-reading-the-trace": regression(
+        ConsumerSpec("length", position=4, variant="ifelse")
     ),
     "rng-generator-carried-through-the-loop": regression(
         ConsumerSpec("reduce", op="sum"), LoopSpec(bound=8, rng=True), seed=3

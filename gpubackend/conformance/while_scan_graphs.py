@@ -33,6 +33,7 @@ import pytensor.tensor as pt
 from hypothesis import given
 from hypothesis import strategies as st
 from pytensor.compile.builders import OpFromGraph
+from pytensor.conditional.op import ifelse
 from pytensor.graph.basic import Variable
 from pytensor.raise_op import Assert, CheckAndRaise
 from pytensor.scan import until
@@ -78,14 +79,17 @@ CONSUMERS = (
     "trace",
     "shape",
     "grad",
+    "length",
 )
 """What reads the trace ``xs``: ``xs.op(axis)``; ``xs[k]`` (constant or input ``k``); ``xs[a:b:c]``;
 ``xs[::s]`` with ``s`` an input; ``xs[:xs.shape[0] - k]`` with ``k`` an input; elementwise with
 another trace or with an input vector; ``set_subtensor``/``inc_subtensor`` at an index,
 ``set_subtensor(xs[1:], v)``; an ``Assert`` or ``CheckAndRaise`` on ``xs.shape[0]``;
 ``zeros(xs.shape[0] - c)``; ``cumsum``; the trace itself; its shape; a gradient of a scalar read
-through the loop."""
-ARRAY_CONSUMERS = tuple(c for c in CONSUMERS if c not in {"reduce", "index", "shape", "grad"})
+through the loop; integer arithmetic on its length, or branches that read it (`LENGTH_VARIANTS`)."""
+ARRAY_CONSUMERS = tuple(
+    c for c in CONSUMERS if c not in {"reduce", "index", "shape", "grad", "length"}
+)
 """Consumers whose result is an array, which ``summed`` turns into a scalar of static shape."""
 BOOL_CONSUMERS = (
     "reduce",
@@ -97,9 +101,16 @@ BOOL_CONSUMERS = (
     "zeros",
     "trace",
     "shape",
+    "length",
 )
 INT_CONSUMERS = tuple(kind for kind in CONSUMERS if kind != "grad")
 GRADIENT_OF = ("sum", "last", "index", "slice")
+LENGTH_VARIANTS = ("add3", "mul3", "pinned_max", "ifelse")
+"""The states that broke pymc-extras' convergent Kalman filter, on ``n = xs.shape[0]`` and an int64
+input ``k``: ``n + k + 2`` and ``n * k * 3`` (one n-ary Add or Mul once canonicalised);
+``zeros(stack([minimum(n, 0) + 5, 3]).max()).shape[0] + n`` (a reduction whose bounds pin it
+down); ``ifelse(n >= k, 2 * xs.sum(), xs.sum() - n)`` (branches that read the trace, which
+PyTensor makes lazy: ``lax.cond`` under JAX)."""
 
 UPSTREAM_BUGS = {
     "positive-index": "a constant positive index of a while-Scan "
@@ -153,8 +164,8 @@ class ConsumerSpec:
     op: str = ""
     """reduce: the reduction; grad: the scalar differentiated (`GRADIENT_OF`)."""
     position: int = 0
-    """index, set_index, grad of an index: the entry; drop_last: ``k``; step_input: ``s``;
-    check_length: the least length; zeros: ``c``."""
+    """index, set_index, grad of an index: the entry; drop_last and length: ``k``; step_input:
+    ``s``; check_length: the least length; zeros: ``c``."""
     from_input: bool = False
     """index: the position is an int64 input rather than a constant."""
     bounds: tuple[int | None, int | None, int | None] = (None, None, None)
@@ -164,7 +175,7 @@ class ConsumerSpec:
     with_vector: the vector's length per call, ``match`` (the trace's), ``bound`` or ``mismatch``
     (one more); set_slice: ``match`` or ``mismatch``; check_length: ``Assert`` or ``CheckAndRaise``
     (a ValueError); zeros: ``value`` or ``shape``; inc: set_index adds instead of setting
-    (``inc``)."""
+    (``inc``); length: one of `LENGTH_VARIANTS`."""
     axis: int | None = None
     """reduce: None, or 0 (over the steps) for a matrix trace."""
     summed: bool = False
@@ -214,6 +225,7 @@ def case_class(spec: WhileGraphSpec) -> str:
         "drop_last": "11",
         "zeros": "13",
         "grad": "gradient",
+        "length": "length",
     }
     return by_kind.get(consumer.kind, consumer.kind)
 
@@ -228,6 +240,7 @@ CLASSES = (
     "cumsum",
     "trace",
     "shape",
+    "length",
 )
 """Every class `case_class` gives, in the order reports list them."""
 
@@ -306,6 +319,9 @@ class Ops(DeclaresInputs, Protocol):
     def cumsum(self, xs): ...
     def grad(self, cost, wrt): ...
     def floor_int(self, value): ...
+    def larger(self, a, b): ...
+    def smaller(self, a, b): ...
+    def if_else(self, condition, then: Callable, otherwise: Callable): ...
 
 
 class SymbolicOps:
@@ -411,6 +427,15 @@ class SymbolicOps:
     def floor_int(self, value):
         return pt.cast(pt.floor(value), "int64")
 
+    def larger(self, a, b):
+        return pt.stack([a, b]).max()
+
+    def smaller(self, a, b):
+        return pt.minimum(a, b)
+
+    def if_else(self, condition, then, otherwise):
+        return ifelse(condition, then(), otherwise())
+
 
 class NumericOps:
     """Computes one call with numpy, with PyTensor's semantics where numpy's differ (no silent
@@ -510,6 +535,16 @@ class NumericOps:
     def floor_int(self, value):
         return np.int64(np.floor(value))
 
+    def larger(self, a, b):
+        return np.max([a, b])
+
+    def smaller(self, a, b):
+        return np.minimum(a, b)
+
+    def if_else(self, condition, then, otherwise):
+        # Lazy, as the reference's IfElse once PyTensor's rewrites make its branches lazy.
+        return then() if condition else otherwise()
+
 
 # --- The graph of a spec --------------------------------------------------------------------------
 
@@ -532,7 +567,10 @@ def declare_inputs(spec: WhileGraphSpec, ops: DeclaresInputs) -> dict:
         inputs["n_steps"] = ops.input("n_steps", "int64", scalar)
     if loop.n_steps == "data":
         inputs["n_steps_float"] = ops.input("n_steps_float", "float64", scalar)
-    if (consumer.kind == "index" and consumer.from_input) or consumer.kind == "drop_last":
+    if (consumer.kind == "index" and consumer.from_input) or consumer.kind in (
+        "drop_last",
+        "length",
+    ):
         inputs["k"] = ops.input("k", "int64", scalar)
     if consumer.kind == "step_input":
         inputs["s"] = ops.input("s", "int64", scalar)
@@ -640,8 +678,23 @@ def consume(spec: WhileGraphSpec, ops: Ops, inputs: dict, xs) -> list:
         return [xs[inputs["k"] if consumer.from_input else consumer.position]]
     if kind == "grad":
         return _gradient(spec, ops, inputs, xs)
+    if kind == "length":
+        return [_length_arithmetic(consumer.variant, ops, inputs["k"], xs)]
     result = _array_consumer(spec, ops, inputs, xs)
     return [result.sum() if consumer.summed else result]
+
+
+def _length_arithmetic(variant: str, ops: Ops, k, xs):
+    """One of `LENGTH_VARIANTS`."""
+    n = xs.shape[0]
+    if variant == "add3":
+        return n + k + 2
+    if variant == "mul3":
+        return n * k * 3
+    if variant == "pinned_max":
+        size = ops.larger(ops.smaller(n, 0) + 5, 3)
+        return ops.zeros(size).shape[0] + n
+    return ops.if_else(n >= k, lambda: 2 * xs.sum(), lambda: xs.sum() - n)
 
 
 def _shape(xs):
@@ -710,7 +763,8 @@ def evaluate_spec(spec: WhileGraphSpec, ops: Ops) -> list:
         (value,) = consume(
             spec, ops, inputs, consumed_trace(spec, ops, inputs, inputs["x0"] * multiplier)
         )
-        return value.sum() if value.ndim else value
+        # A length computed by numpy is a Python int, without ndim.
+        return value.sum() if getattr(value, "ndim", 0) else value
 
     multipliers = ops.constant(np.asarray(MULTIPLIERS, dtype=spec.loop.state_dtype))
     stop = inputs["outer_stop"] if spec.wrapper == "while" else None
@@ -913,6 +967,7 @@ TARGETS = (
     Target(dtypes=("float64",), rng=True),  # rng
     replace(PLAIN, dtypes=("float64",), kinds=("reduce",)),  # reduction
     replace(PLAIN, kinds=("slice", "cumsum", "trace", "shape")),
+    Target(kinds=("length",), rng=False),  # length
 )
 """`draw_while_specs` spreads its draws over these, so that a few hundred graphs cover every
 class."""
@@ -1015,6 +1070,9 @@ def consumer_specs(
         return ConsumerSpec(
             kind, position=draw(st.integers(1, loop.bound)), variant=variant, summed=summed
         )
+    if kind == "length":
+        variant = draw(st.sampled_from(LENGTH_VARIANTS))
+        return ConsumerSpec(kind, position=draw(st.integers(0, loop.bound)), variant=variant)
     if kind == "grad":
         op = draw(st.sampled_from(GRADIENT_OF))
         return ConsumerSpec(

@@ -337,7 +337,9 @@ def _inc_subtensor(op: IncSubtensor, node, input_kinds, **kwargs) -> BoundedLowe
         oks = []
         if is_slice:
             positions, count = _slice_positions(first, length, capacity)
-            if y_matches_count:
+            # A value whose one entry is known while tracing broadcasts over the slice, as numpy
+            # (and the reference) broadcast it, even over an empty one.
+            if y_matches_count and not _one_entry(y):
                 oks.append(_same_count(_slice_count(count, first, length, capacity), y))
             if first.step is not None:
                 oks.append(_step_ok(first))
@@ -360,6 +362,10 @@ def _inc_subtensor(op: IncSubtensor, node, input_kinds, **kwargs) -> BoundedLowe
         )
 
     return BoundedLowering(inc_subtensor, (input_kinds[0],), checks)
+
+
+def _one_entry(y) -> bool:
+    return not isinstance(y, Bounded) and jnp.shape(y)[0] == 1
 
 
 def _same_count(count: BoundedInt, y) -> Any:

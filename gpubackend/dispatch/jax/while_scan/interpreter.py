@@ -87,6 +87,15 @@ def _plain_outputs(
         raise
 
 
+def _specialised_outputs(node: Apply, fn: Callable, arguments: list, assumed_steps: int | None):
+    """A while-Scan specialised on its step count; one whose bound or buffer sizes come from the
+    data (no bound while tracing) is refused by name."""
+    try:
+        return fn(*arguments, assumed_steps=assumed_steps)
+    except NotImplementedError as error:
+        raise unbounded_step_count(node.op, node) from error
+
+
 def _rule_outputs(
     plan: BoundedPlan, node: Apply, lowering, arguments: list, capacity: int | None, resume
 ):
@@ -371,7 +380,9 @@ def step_counted_graph(
         for node in order:
             arguments = [values[value] for value in node.inputs]
             if node in specialised:
-                outputs, taken, matched = fns[node](*arguments, assumed_steps=assumed[node])
+                outputs, taken, matched = _specialised_outputs(
+                    node, fns[node], arguments, assumed[node]
+                )
                 counts.append((taken, matched))
             else:
                 outputs = _plain_outputs(sizing, plan.nodes, node, fns[node], arguments)

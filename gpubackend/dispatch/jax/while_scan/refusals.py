@@ -3,6 +3,8 @@ do there."""
 
 from __future__ import annotations
 
+from pytensor.conditional.op import LazyIfElse
+
 from gpubackend.dispatch.jax.lowering_context import LoweringContext
 from gpubackend.errors import DataDependentLengthError
 
@@ -48,13 +50,20 @@ def no_length_rule(
         if context.nested
         else " mode='JAX_GPU' specialises such a graph on the step counts taken instead."
     )
+    advice = (
+        # PyTensor moves the work only one branch of an ifelse needs into that branch, the trace's
+        # reductions included: computing them first does not keep the trace out.
+        "The branches of an ifelse that read the trace became a LazyIfElse: choose "
+        "between the two values with pt.switch, which computes both"
+        if isinstance(consumer.op, LazyIfElse)
+        else f"Compute a value of static shape before {consumer.op} (trace[-1], a reduction, "
+        "or the trace padded to its bound)"
+    )
     return DataDependentLengthError(
         f"{scan}: its trace, of a length known only at run "
         f"time, reaches {consumer.op}, which needs its exact "
         f"length ({reason}); in {_path(context)} the length "
-        "cannot be read back. Compute a value of static shape "
-        f"before {consumer.op} (trace[-1], a reduction, "
-        f"or the trace padded to its bound).{specialise}"
+        f"cannot be read back. {advice}.{specialise}"
     )
 
 
