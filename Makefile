@@ -65,11 +65,12 @@ ci-legs: conformance
 
 # pymc-extras' own tests, without and with gpubackend imported first, in the default mode and with
 # mode=JAX: a test that passes stock and fails with the plugin fails it (README, "pymc-extras' tests
-# as a check"). Its own virtualenv (.venv-pymc-extras, PyMC 6.3.2); PYMC_EXTRAS_FLAGS=--full runs
-# the whole selection (marginal, inference, statespace) instead of the CI one.
+# as a check"). Its own virtualenv (.venv-pymc-extras, PyMC 6.3.2, an overlay on $(VENV));
+# PYMC_EXTRAS_FLAGS=--full runs the whole selection (marginal, inference, statespace) instead of the
+# CI one, and --samplers pymc-extras' models on every JAX sampler path (.ci/run runs it).
 PYMC_EXTRAS_FLAGS ?=
-pymc-extras:
-	ci/pymc_extras/run.sh $(PYMC_EXTRAS_FLAGS)
+pymc-extras: $(STAMP)
+	MAIN_VENV=$(VENV) ci/pymc_extras/run.sh $(PYMC_EXTRAS_FLAGS)
 
 # Resolve pyproject.toml's ranges afresh, with no constraints, in a throw-away virtualenv, and pin
 # what they resolve to. The cuda extras are left out: jax[cuda13|cuda12] pins its plugin to the

@@ -11,10 +11,14 @@
 #                                       convergent state-space models on every JAX sampler path,
 #                                       against PyMC's NUTS on NUMBA (samplers.py; about 5 min)
 #
-# It builds its own virtualenv, $VENV (default .venv-pymc-extras), with this checkout (editable),
-# PyMC 6.3.2 and pymc-extras 0.15.1 (pymc-extras 0.15.1 requires pymc<6.4, so the main legs stay
-# on 6.4) and what its tests import, at the versions pinned in ci/pymc_extras/constraints.txt; it
-# rebuilds it when that file or pyproject.toml changes. The tests come from pymc-extras' sdist,
+# It builds its own virtualenv, $VENV (default .venv-pymc-extras), as an overlay on the main one,
+# $MAIN_VENV (default .venv, which `make pymc-extras` builds first): its own site-packages hold only
+# what differs, PyMC 6.3.2 (pymc-extras 0.15.1 requires pymc<6.4, so the main legs stay on 6.4),
+# pymc-extras 0.15.1 and what it and its tests add, at the versions pinned in
+# ci/pymc_extras/constraints.txt; a .pth file then adds the main virtualenv's site-packages (with its
+# own .pth files: the editable gpubackend) after them, so the overlay's PyMC shadows the main one's
+# and JAX, Numba, numpyro, blackjax and nutpie are the main legs' own. It is rebuilt when that file,
+# pyproject.toml or the main virtualenv's path changes. The tests come from pymc-extras' sdist,
 # unpacked under $VENV/src.
 #
 # The selection runs four ways, on two simulated host devices: stock and with the plugin (gpubackend
@@ -63,22 +67,32 @@ fi
 mkdir -p "$reports"
 reports=$(cd "$reports" && pwd)
 
-# The virtualenv, rebuilt when the pins or the project's metadata changed since it was built.
-if [ ! -f "$stamp" ] || ! cat "$constraints" pyproject.toml | cmp -s - "$stamp"; then
+main_venv=$(realpath -m "${MAIN_VENV:-.venv}")
+[ -x "$main_venv/bin/python" ] || {
+  echo "ci/pymc_extras: no main virtualenv at $main_venv (make venv builds it)" >&2
+  exit 2
+}
+main_site=$("$main_venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+
+# The overlay, rebuilt when the pins, the project's metadata or the main virtualenv's path changed.
+if [ ! -f "$stamp" ] || ! { cat "$constraints" pyproject.toml; echo "$main_site"; } | cmp -s - "$stamp"; then
   rm -rf "$venv"
-  "$(tools/find-python.sh)" -m venv "$venv"
-  "$py" -m pip install -q --upgrade pip
+  "$main_venv/bin/python" -m venv "$venv"
+  own_site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  # Processed after the overlay's own packages: site.addsitedir also runs the main virtualenv's .pth
+  # files (the editable gpubackend).
+  echo "import site; site.addsitedir('$main_site')" > "$own_site/zz_main_virtualenv.pth"
   mkdir -p "$sdist_dir"
   "$py" -m pip download -q --no-deps --no-binary pymc-extras -d "$sdist_dir" \
     "pymc-extras==$PYMC_EXTRAS_VERSION"
   tar -xzf "$sdist_dir/pymc_extras-$PYMC_EXTRAS_VERSION.tar.gz" -C "$sdist_dir"
-  # pytest, xdist and timeout run the tests; statsmodels and patsy are imported by 8 statespace
-  # modules; numpyro by test_full_models.py::test_numpyro_compat; blackjax and nutpie by
-  # samplers.py.
-  "$py" -m pip install -q -c "$constraints" -e . \
-    "$sdist_dir/pymc_extras-$PYMC_EXTRAS_VERSION.tar.gz" \
-    pytest pytest-xdist pytest-timeout statsmodels patsy numpyro blackjax nutpie
-  cat "$constraints" pyproject.toml > "$stamp"
+  # pip sees the main virtualenv's packages as installed and adds only what is missing or pinned
+  # otherwise (PyMC), into the overlay, leaving the main virtualenv as it is. pytest-timeout runs
+  # the tests; statsmodels and patsy are imported by 8 statespace modules.
+  "$py" -m pip install -q -c "$constraints" "pymc==6.3.2" \
+    "$sdist_dir/pymc_extras-$PYMC_EXTRAS_VERSION.tar.gz" pytest-timeout statsmodels patsy
+  "$py" -c "import pymc; assert pymc.__version__ == '6.3.2', pymc.__version__"
+  { cat "$constraints" pyproject.toml; echo "$main_site"; } > "$stamp"
 fi
 
 # Two simulated host devices, as the issue's run and the main legs have them.
