@@ -29,6 +29,7 @@ def register_lowerings() -> None:
         incomplete_inverse,
         ofg,
         optimize,
+        random,
         scalar_loop,
         scan,
         shape,
