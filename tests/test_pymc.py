@@ -104,8 +104,8 @@ def _pm_sample(nuts_sampler: str | None, mode: str):
     )
 
 
-# numpyro's sequential chain method runs, chain by chain, the one-chain computation that its parallel
-# method maps over the devices: parallel covers it, in a third of the time.
+# numpyro's sequential chain method runs, chain by chain, the one-chain computation that its
+# parallel method maps over the devices: parallel covers it, in a third of the time.
 SAMPLER_PATHS = {
     "numpyro_parallel": _numpyro("parallel"),
     "numpyro_vectorized": _numpyro("vectorized"),
