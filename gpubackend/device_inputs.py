@@ -262,5 +262,37 @@ class ResidentSharedCell:
         return place(np.asarray(value), self.sharding, may_alias=False)
 
 
+class FollowedGeneratorCell:
+    """One JAX_GPU function's generator state, following the shared generator's own cell.
+
+    PyTensor's JAX linker gives each function a copy of a shared numpy
+    ``Generator``, converted once to JAX's state (``jax_typify``), so that its
+    draws never write a JAX state into a container that NUMBA and C functions
+    read. The copy alone would never see a ``set_value`` on the shared variable:
+    the function would go on drawing from where it was, where NUMBA, C and
+    FAST_COMPILE restart from the new generator. This cell reads the shared
+    variable's own cell on every call and, when it holds another ``Generator``
+    than the one last converted, converts that one; the function's updates
+    advance its own state (``cell``) in between.
+    """
+
+    __slots__ = ("cell", "converted", "shared_cell")
+
+    def __init__(self, cell: list, shared_cell: list):
+        self.cell = cell
+        self.shared_cell = shared_cell
+        # The Generator the function's state was converted from, at link time.
+        self.converted = shared_cell[0]
+
+    def __getitem__(self, index: int) -> Any:
+        shared = self.shared_cell[index]
+        if shared is not self.converted and isinstance(shared, np.random.Generator):
+            from pytensor.link.jax.dispatch import jax_typify
+
+            self.cell[index] = jax_typify(shared)
+            self.converted = shared
+        return self.cell[index]
+
+
 def _where(data: jax.Array) -> str:
     return ", ".join(sorted(str(d) for d in data.devices()))

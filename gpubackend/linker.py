@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.link.basic import Container
 from pytensor.link.jax.linker import JAXLinker
+from pytensor.tensor.random.type import RandomType
 
 from gpubackend.devices import DeviceSpec, check_device_spec, resolve_device
 from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, LoweringContext, ReadBack
@@ -200,14 +201,31 @@ class JAXGPULinker(DispatchingJAXLinker):
             read_back=self.read_back, jax_differentiable=False, split_ladder=on_cpu
         )
 
+    def fgraph_convert(self, fgraph, **kwargs):
+        # PyTensor's conversion swaps each shared generator for a copy, dropping the shared
+        # variable's own storage cell: kept here, by position, for `FollowedGeneratorCell`.
+        storage_map = kwargs["storage_map"]
+        self.shared_generator_cells = {
+            position: storage_map[variable]
+            for position, variable in enumerate(fgraph.inputs)
+            if isinstance(variable, SharedVariable) and isinstance(variable.type, RandomType)
+        }
+        return super().fgraph_convert(fgraph, **kwargs)
+
     def create_thunk_inputs(self, storage_map):
-        from gpubackend.device_inputs import ResidentSharedCell, StaticSharedCell
+        from gpubackend.device_inputs import (
+            FollowedGeneratorCell,
+            ResidentSharedCell,
+            StaticSharedCell,
+        )
         from gpubackend.placement import input_label
 
         thunk_inputs = super().create_thunk_inputs(storage_map)
         placement = self.placement
 
         def cell_for(position: int, variable, cell: list):
+            if position in self.shared_generator_cells:
+                return FollowedGeneratorCell(cell, self.shared_generator_cells[position])
             if not self._is_shared_array(variable):
                 return cell
             if position in self.scalar_shape_inputs:

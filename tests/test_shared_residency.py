@@ -255,3 +255,41 @@ def test_a_read_only_host_value_stays_resident(target_device):
     read_writeable()
     with pytest.raises(Exception, match=r"(?i)transfer"), jax.transfer_guard("disallow_explicit"):
         read_writeable()
+
+
+def _draws_after_resets(mode) -> tuple[np.ndarray, ...]:
+    """Two draws from a shared generator set to the same seed before each, and one after."""
+    rng = pytensor.shared(np.random.default_rng(0))
+    next_rng, x = pt.random.normal(size=3, rng=rng, return_next_rng=True)
+    fn = pytensor.function([], x, updates={rng: next_rng}, mode=mode)
+    fn()
+    rng.set_value(np.random.default_rng(7))
+    first, following = np.asarray(fn()), np.asarray(fn())
+    rng.set_value(np.random.default_rng(7))
+    return first, following, np.asarray(fn())
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "FAST_COMPILE",
+        "NUMBA",
+        "JAX_GPU",
+        "JAX_GPU_NUMPY",
+        pytest.param(
+            "JAX",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="upstream: PyTensor's JAX linker draws from a copy of the shared generator "
+                "made when the function is compiled, so set_value on the shared variable is not "
+                "seen",
+            ),
+        ),
+    ],
+)
+def test_setting_a_shared_generator_restarts_the_draws(mode):
+    """pymc-extras' simulation-smoother tests reset their generator so between calls; JAX_GPU
+    converts a generator set on the shared variable, as the other modes read it."""
+    first, following, again = _draws_after_resets(mode)
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, following)
