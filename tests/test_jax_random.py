@@ -1,11 +1,12 @@
-"""Every JAX sampler draws the distribution FAST_COMPILE (numpy) draws: two-sample tests, n=4000.
+"""JAX samplers draw the distribution FAST_COMPILE (numpy) draws: two-sample tests, n=4000.
 
-Each random variable PyTensor's JAX backend samples is drawn 4,000 times in one call under
-mode="JAX" (gpubackend's samplers registered) and JAX_GPU, and by FAST_COMPILE, and the two samples
-are compared: Kolmogorov-Smirnov for a continuous draw, a chi-square test of the counts for a
-discrete one. The seeds are fixed, so the p-values are too; a p-value under 1e-4 fails.
-PyTensor's own categorical sampler (logits ``logit(p)``) and binomial sampler (numpyro's, which
-fails on an integer count) are held as strict xfails: they fail where gpubackend's replace them.
+Each random variable PyTensor's JAX backend samples (all but choice and permutation, whose draws
+are orderings) is drawn 4,000 times in one call under mode="JAX" (gpubackend's samplers
+registered) and JAX_GPU, and by FAST_COMPILE, and the two samples are compared:
+Kolmogorov-Smirnov for a continuous draw, a chi-square test of the counts for a discrete one. The
+seeds are fixed, so the p-values are too; a p-value under 1e-4 fails. PyTensor's own categorical
+sampler (logits ``logit(p)``) and binomial sampler (numpyro's, which fails on an integer count)
+are held as strict xfails: they fail where gpubackend's replace them.
 """
 
 from __future__ import annotations
