@@ -7,17 +7,26 @@ Kolmogorov-Smirnov for a continuous draw, a chi-square test of the counts for a 
 seeds are fixed, so the p-values are too; a p-value under 1e-4 fails. PyTensor's own categorical
 sampler (logits ``logit(p)``) and binomial sampler (numpyro's, which fails on an integer count)
 are held as strict xfails: they fail where gpubackend's replace them.
+
+Random variables also keep their graph types inside the graph, not only at its outputs.
+PyTensor's JAX Bernoulli returns a bool array for its int64 draws. Inside a graph JAX then reads
+it as a mask: ``sigma[is_outlier]`` selects instead of gathering (pymc-extras'
+``test_forward_after_sampling`` stopped at `BooleanMaskLengthError` under ``mode=JAX``), and
+``b + b`` is a logical or (silently 1 where the reference gives 2). gpubackend's graph lowering
+returns an integer-typed output that a lowering gives as bool as its integer type.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytensor
+import pytensor.tensor as pt
 import pytensor.tensor.random.basic as ptr
 import pytest
 import scipy.stats as st
 
 from gpubackend.mode import stock_jax_mode
+from tests.jax_lowering_harness import JAX_MODES
 
 N_DRAWS = 4000
 SIGNIFICANCE = 1e-4
@@ -110,3 +119,20 @@ def test_pytensor_stock_jax_sampler_draws_the_distribution(name: str) -> None:
     """PyTensor's own samplers, which gpubackend's replace: a fixed upstream drops its xfail."""
     reference, draws = _draws(name, "FAST_COMPILE"), _draws(name, stock_jax_mode())
     assert _p_value(name, reference, draws) > SIGNIFICANCE
+
+
+SIGMA = np.array([0.5, 2.0])
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_bernoulli_draws_are_integers_inside_the_graph(mode):
+    rng = pytensor.shared(np.random.default_rng(0))
+    draws = ptr.bernoulli(0.5, size=1000, rng=rng)
+    gathered = pt.constant(SIGMA)[draws]
+    fn = pytensor.function([], [(draws + draws).max(), gathered, draws], mode=mode)
+    twice_max, gathered_value, draws_value = (np.asarray(value) for value in fn())
+    # 1000 fair draws hold a 1 (the probability of none is 2**-1000): 1 + 1 is 2.
+    assert twice_max == 2
+    assert gathered_value.shape == (1000,)
+    np.testing.assert_array_equal(gathered_value, SIGMA[draws_value])
+    assert draws_value.dtype == np.int64
