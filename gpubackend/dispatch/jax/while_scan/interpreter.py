@@ -19,7 +19,8 @@ to assumed step counts, and returns the counts taken (JAX_GPU only).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -87,13 +88,23 @@ def _plain_outputs(
         raise
 
 
+@contextmanager
+def _refused_where_unbounded(scan_op, node: Apply) -> Iterator[None]:
+    """A size a rule finds unbounded while tracing (its ``NotImplementedError``) is refused by name;
+    a refusal of its own keeps its message."""
+    try:
+        yield
+    except DataDependentLengthError:
+        raise
+    except NotImplementedError as error:
+        raise unbounded_step_count(scan_op, node) from error
+
+
 def _specialised_outputs(node: Apply, fn: Callable, arguments: list, assumed_steps: int | None):
     """A while-Scan specialised on its step count; one whose bound or buffer sizes come from the
     data (no bound while tracing) is refused by name."""
-    try:
+    with _refused_where_unbounded(node.op, node):
         return fn(*arguments, assumed_steps=assumed_steps)
-    except NotImplementedError as error:
-        raise unbounded_step_count(node.op, node) from error
 
 
 def _rule_outputs(
@@ -101,14 +112,10 @@ def _rule_outputs(
 ):
     """A node with its length rule; a size the rule finds unbounded while tracing is refused by
     name."""
-    try:
+    with _refused_where_unbounded((plan.while_scans or (node,))[0].op, node):
         if lowering.capacity_limited:
             return lowering.fn(*arguments, capacity=capacity, resume=resume)
         return lowering.fn(*arguments)
-    except DataDependentLengthError:
-        raise
-    except NotImplementedError as error:
-        raise unbounded_step_count((plan.while_scans or (node,))[0].op, node) from error
 
 
 def _fresh_values(
