@@ -74,8 +74,10 @@ main_venv=$(realpath -m "${MAIN_VENV:-.venv}")
 }
 main_site=$("$main_venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 
-# The overlay, rebuilt when the pins, the project's metadata or the main virtualenv's path changed.
-if [ ! -f "$stamp" ] || ! { cat "$constraints" pyproject.toml; echo "$main_site"; } | cmp -s - "$stamp"; then
+# What the overlay is built from: rebuilt when the pins, the project's metadata or the main
+# virtualenv's path changed.
+overlay_recipe() { cat "$constraints" pyproject.toml; echo "$main_site"; }
+if [ ! -f "$stamp" ] || ! overlay_recipe | cmp -s - "$stamp"; then
   rm -rf "$venv"
   "$main_venv/bin/python" -m venv "$venv"
   own_site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
@@ -89,10 +91,12 @@ if [ ! -f "$stamp" ] || ! { cat "$constraints" pyproject.toml; echo "$main_site"
   # pip sees the main virtualenv's packages as installed and adds only what is missing or pinned
   # otherwise (PyMC), into the overlay, leaving the main virtualenv as it is. pytest-timeout runs
   # the tests; statsmodels and patsy are imported by 8 statespace modules.
-  "$py" -m pip install -q -c "$constraints" "pymc==6.3.2" \
+  "$py" -m pip install -q -c "$constraints" pymc \
     "$sdist_dir/pymc_extras-$PYMC_EXTRAS_VERSION.tar.gz" pytest-timeout statsmodels patsy
-  "$py" -c "import pymc; assert pymc.__version__ == '6.3.2', pymc.__version__"
-  { cat "$constraints" pyproject.toml; echo "$main_site"; } > "$stamp"
+  # The overlay's PyMC is the pinned one, not the main virtualenv's.
+  "$py" -c "import pymc, sys; sys.exit(pymc.__version__ != sys.argv[1] and pymc.__version__)" \
+    "$(sed -n 's/^pymc==//p' "$constraints")"
+  overlay_recipe > "$stamp"
 fi
 
 # Two simulated host devices, as the issue's run and the main legs have them.
