@@ -71,7 +71,13 @@ def _start(x0, dtype: str) -> jax.Array:
 
 
 # optimistix solvers that lineax or equinox refuse to trace inside a manual mesh (`damped_newton`).
-_UNTRACEABLE_IN_MESH = (optx.BFGS, optx.LBFGS, optx.Dogleg, optx.LevenbergMarquardt, optx.Newton)
+_UNTRACEABLE_IN_MESH = (
+    optx.AbstractBFGS,
+    optx.LBFGS,
+    optx.Dogleg,
+    optx.LevenbergMarquardt,
+    optx.Newton,
+)
 
 
 def _in_mesh_stand_in(solve: Callable, fn: Objective, choice: SolverChoice, x0, args: tuple):

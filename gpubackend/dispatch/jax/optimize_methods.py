@@ -30,6 +30,10 @@ from pytensor.tensor.optimize import (
     ScipyWrapperOp,
 )
 
+from gpubackend.dispatch.jax.noise_aware_search import (
+    ROUNDING_ULPS,
+    NoiseAwareBFGS,
+)
 from gpubackend.scipy_options import (
     OP_OPTIONS,
     minimize_maxiter,
@@ -56,6 +60,16 @@ class SolverChoice:
     max_steps: int
 
 
+class _IterationState(eqx.Module):
+    """`ScipyIterations`' state around the wrapped solver's: scipy iterations done, trial points
+    in a row that made no progress, and the smallest gradient norm an iterate has had."""
+
+    inner: Any
+    iterations: jax.Array
+    standing: jax.Array
+    best_gradient: jax.Array
+
+
 class ScipyIterations(optx.AbstractMinimiser):
     """A minimiser whose budget counts scipy's iterations, not optimistix's steps.
 
@@ -72,7 +86,9 @@ class ScipyIterations(optx.AbstractMinimiser):
     passes at tight tolerances where the gradient is still far above them:
     converged once ``norm(grad) <= gtol`` at the iterate, and failed, as
     scipy's line search fails ("precision loss"), once `EVALUATIONS_PER_ITERATION`
-    trial points in a row leave the iterate where it was.
+    trial points in a row make no progress: none lowers ``f`` by more than its
+    rounding or the gradient below its smallest yet (the search accepts steps
+    inside the rounding, `noise_aware_search`).
     """
 
     solver: optx.AbstractMinimiser
@@ -85,24 +101,41 @@ class ScipyIterations(optx.AbstractMinimiser):
 
     def init(self, fn, y, args, options, f_struct, aux_struct, tags):
         inner = self.solver.init(fn, y, args, options, f_struct, aux_struct, tags)
-        return inner, jnp.array(0), jnp.array(0)
+        no_gradient_yet = jnp.array(jnp.inf, f_struct.dtype)
+        return _IterationState(inner, jnp.array(0), jnp.array(0), no_gradient_yet)
 
     def step(self, fn, y, args, options, state, tags):
-        inner, iterations, standing = state
-        new_y, inner, aux = self.solver.step(fn, y, args, options, inner, tags)
+        new_y, inner, aux = self.solver.step(fn, y, args, options, state.inner, tags)
         moved = jnp.any(new_y != y)
-        iterations = iterations + moved.astype(iterations.dtype)
-        standing = jnp.where(moved, 0, standing + 1)
-        return new_y, (inner, iterations, standing), aux
+        progressed, best_gradient = moved, state.best_gradient
+        if self.gradient_tolerance is not None:
+            # The states' gradients and values are at the iterates (placeholders before the first
+            # step, which always counts).
+            gradient = self.gradient_tolerance.size(inner.f_info.grad)
+            before, after = state.inner.f_info.f, inner.f_info.f
+            rounding = ROUNDING_ULPS * jnp.finfo(after.dtype).eps * jnp.abs(before)
+            lowered = (after < before - rounding) | (gradient < best_gradient)
+            progressed = moved & (state.inner.first_step | lowered)
+            best_gradient = jnp.where(moved, jnp.minimum(best_gradient, gradient), best_gradient)
+        return (
+            new_y,
+            _IterationState(
+                inner,
+                state.iterations + moved.astype(state.iterations.dtype),
+                jnp.where(progressed, 0, state.standing + 1),
+                best_gradient,
+            ),
+            aux,
+        )
 
     def terminate(self, fn, y, args, options, state, tags):
-        inner, iterations, standing = state
+        inner = state.inner
         done, result = self.solver.terminate(fn, y, args, options, inner, tags)
         if self.gradient_tolerance is not None:
             # The inner state's gradient is at the iterate ``y`` (a placeholder before the first
             # step, when it is skipped).
             converged = ~inner.first_step & self.gradient_tolerance.met(inner.f_info.grad)
-            stalled = standing >= EVALUATIONS_PER_ITERATION
+            stalled = state.standing >= EVALUATIONS_PER_ITERATION
             failed = result != optx.RESULTS.successful
             result = optx.RESULTS.where(
                 converged,
@@ -110,14 +143,14 @@ class ScipyIterations(optx.AbstractMinimiser):
                 optx.RESULTS.where(stalled, optx.RESULTS.nonlinear_max_steps_reached, result),
             )
             done = converged | stalled | failed
-        out_of_iterations = (iterations >= self.max_iterations) & ~done
+        out_of_iterations = (state.iterations >= self.max_iterations) & ~done
         result = optx.RESULTS.where(
             out_of_iterations, optx.RESULTS.nonlinear_max_steps_reached, result
         )
         return done | out_of_iterations, result
 
     def postprocess(self, fn, y, aux, args, options, state, tags, result):
-        return self.solver.postprocess(fn, y, aux, args, options, state[0], tags, result)
+        return self.solver.postprocess(fn, y, aux, args, options, state.inner, tags, result)
 
 
 @dataclass(frozen=True)
@@ -127,10 +160,12 @@ class GradientTolerance:
     gtol: float
     norm: float
 
-    def met(self, grad) -> jax.Array:
+    def size(self, grad) -> jax.Array:
         # scipy's vecnorm: max |g| for inf, min |g| for -inf, else the p-norm, as jnp's for vectors.
-        size = jnp.linalg.norm(jnp.ravel(grad), ord=self.norm)
-        return size <= self.gtol
+        return jnp.linalg.norm(jnp.ravel(grad), ord=self.norm)
+
+    def met(self, grad) -> jax.Array:
+        return self.size(grad) <= self.gtol
 
 
 EVALUATIONS_PER_ITERATION = 64
@@ -166,29 +201,33 @@ def _iterations(
     return SolverChoice(wrapped, max_steps)
 
 
-def _gradient_tolerance(settings: s.LineSearchSettings, dtype: str) -> GradientTolerance:
-    gtol, _ = _floored(dtype, settings.gtol, settings.gtol)
-    return GradientTolerance(gtol, float(settings.norm))
+def _gradient_tolerance(settings: s.LineSearchSettings) -> GradientTolerance:
+    # Not floored to the dtype: a gradient is not scale-free, and success must mean what scipy's
+    # test means (floored at 4 eps, BFGS reported success at 4e-16 when asked for 1e-20).
+    return GradientTolerance(float(settings.gtol), float(settings.norm))
 
 
 # optimistix has no gradient-norm test: `ScipyIterations` applies scipy's. The Cauchy test's
 # tolerances stay the solver's (the in-mesh stand-in, `damped_newton`, reads them).
 def _bfgs(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
+    rtol, atol = _floored(dtype, settings.gtol, settings.gtol)
     return _iterations(
-        optx.BFGS(*_floored(dtype, settings.gtol, settings.gtol)),
+        NoiseAwareBFGS(rtol=rtol, atol=atol),
         minimize_maxiter(settings.maxiter, n),
-        gradient_tolerance=_gradient_tolerance(settings, dtype),
+        gradient_tolerance=_gradient_tolerance(settings),
     )
 
 
 def _cg(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
+    # CG keeps optimistix's search: its steps are not scaled as BFGS's are, and one taken inside
+    # the rounding of f spoils the conjugate directions (it stopped at 3e-5 where it reached 8e-6).
     solver: optx.AbstractMinimiser = optx.NonlinearCG(
         *_floored(dtype, settings.gtol, settings.gtol)
     )
     return _iterations(
         solver,
         minimize_maxiter(settings.maxiter, n),
-        gradient_tolerance=_gradient_tolerance(settings, dtype),
+        gradient_tolerance=_gradient_tolerance(settings),
     )
 
 
