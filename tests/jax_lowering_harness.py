@@ -11,6 +11,9 @@ holding the same frozen graph, node for node.
 
 from __future__ import annotations
 
+import math
+
+import jax
 import numpy as np
 import pytensor
 
@@ -66,3 +69,17 @@ def read_only(array) -> np.ndarray:
     frozen = np.array(array)
     frozen.setflags(write=False)
     return frozen
+
+
+def pmapped(fn):
+    """``jax.pmap`` of ``fn`` over a batch's leading axis, as numpyro's parallel chains run it, with
+    the lanes spread over the local devices (a GPU runner may have one), each vmapping its share."""
+
+    def run(batch):
+        lanes = batch.shape[0]
+        devices = math.gcd(lanes, jax.local_device_count())
+        shares = batch.reshape(devices, lanes // devices, *batch.shape[1:])
+        out = jax.pmap(jax.vmap(fn))(shares)
+        return jax.tree.map(lambda leaf: leaf.reshape(lanes, *leaf.shape[2:]), out)
+
+    return run

@@ -187,7 +187,8 @@ def test_gpu_leg_rejects_an_unknown_cuda_version():
 
 
 def test_gpu_leg_uses_a_provisioned_python_and_names_what_it_lacks(tmp_path):
-    # A Python without site-packages stands in for a provisioned one that lacks the stack.
+    # A Python without site-packages stands in for a provisioned one that lacks the stack (and no
+    # PYTHONPATH: on the offline GPU machine it holds the stack's wheels).
     bare = tmp_path / "bare-python"
     bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
     bare.chmod(0o755)
@@ -197,6 +198,7 @@ def test_gpu_leg_uses_a_provisioned_python_and_names_what_it_lacks(tmp_path):
         capture_output=True,
         text=True,
         timeout=60,
+        env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"},
     )
     assert result.returncode == 1
     assert "lacks: pytensor, jax, numba, optimistix" in result.stderr

@@ -320,7 +320,8 @@ print(json.dumps(messages))
 def test_one_host_device_cpu_1_advises_the_flag_that_makes_it_in_each_place(tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
     env["GPUBACKEND_DEVICE"] = "cpu:1"
-    env["PYTHONPATH"] = str(REPO)
+    # Keep what the environment has on the path (a provisioned Python's packages, the GPU leg).
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     script = f"import sys; sys.argv[1:] = [{str(tmp_path)!r}]\n{ONE_DEVICE_SCRIPT}"
     messages = run_fresh(script, env=env)
     flag = "set XLA_FLAGS=--xla_force_host_platform_device_count=2 in the environment"

@@ -20,6 +20,8 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.tensor.optimize import minimize, minimize_scalar, root, root_scalar
 
+from tests.jax_lowering_harness import pmapped
+
 
 def jaxified(inputs, outputs):
     fgraph = FunctionGraph(inputs, outputs, clone=True)
@@ -127,7 +129,7 @@ def _shard_mapped(fn):
 TRANSFORMS = {
     "jit": lambda fn: jax.jit(jax.vmap(fn)),
     "vmap": jax.vmap,
-    "pmap": jax.pmap,  # numpyro's default chain_method="parallel"
+    "pmap": pmapped,  # numpyro's default chain_method="parallel"
     "shard_map": _shard_mapped,
 }
 
@@ -182,5 +184,5 @@ def test_other_solvers_under_pmap_match_jit(name):
     start = np.array(0.5) if scalar else np.array([0.5, 0.5])
     fn = jax.value_and_grad(lambda a_value: graph_fn(start, a_value)[0])
     want = jax.jit(jax.vmap(fn))(LOG_TAUS)
-    got = jax.pmap(fn)(LOG_TAUS)
+    got = pmapped(fn)(LOG_TAUS)
     np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -24,6 +24,7 @@ from pytensor.scan.utils import until
 from gpubackend import DataDependentLengthError
 from gpubackend.conformance.checks import count_host_reads
 from gpubackend.introspection import specialised_on_step_counts
+from tests.jax_lowering_harness import pmapped
 from tests.test_jax_jaxified import jaxified
 
 LIMITS = (10.0, 1000.0, 1e300)
@@ -143,6 +144,27 @@ def test_host_read_counting_catches_deliberate_reads(call, explicit, implicit, t
     assert bool(reads.implicit) == implicit, reads
 
 
+def test_an_accelerators_refused_read_is_reported_as_an_implicit_read():
+    """On a GPU, JAX's guard refuses an implicit read and stops the call; the count reports that
+    read rather than failing (a stand-in accelerator here: the test raises the guard's refusal)."""
+
+    class Accelerator:
+        platform = "gpu"
+
+    def refused(x):
+        raise jax.errors.JaxRuntimeError(
+            "INVALID_ARGUMENT: Disallowed device-to-host transfer: shape=(), dtype=F64"
+        )
+
+    def other_failure(x):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: out of memory")
+
+    reads = count_host_reads(refused, [np.asarray(3.0)], Accelerator())
+    assert reads.explicit == 0 and "Disallowed device-to-host transfer" in reads.implicit, reads
+    with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
+        count_host_reads(other_failure, [np.asarray(3.0)], Accelerator())
+
+
 def test_full_trace_runs_the_graph_once_per_call_whatever_the_count(target_device):
     """The trace comes back bounded and is cut to its length after the one read: no run or compile
     per count."""
@@ -251,7 +273,7 @@ def test_pmap_of_jax_grad_through_a_newton_while_scan():
     logp = -((xs[-1] - 1.5) ** 2)
     graph_fn = jaxified([a], [logp])
     chains = jnp.asarray([2.0, 3.0])
-    got = jax.pmap(jax.grad(lambda value: graph_fn(value)[0]))(chains)
+    got = pmapped(jax.grad(lambda value: graph_fn(value)[0]))(chains)
     # d/da of -(sqrt(a) - 1.5)^2 = -(sqrt(a) - 1.5) / sqrt(a)
     want = -(np.sqrt([2.0, 3.0]) - 1.5) / np.sqrt([2.0, 3.0])
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-8)

@@ -186,7 +186,8 @@ def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> Host
     Explicit reads are the calls to ``jax.device_get`` and to the backend's
     read, `host.read_back` (a numpy view on the host platform). Implicit ones
     (``np.asarray``, ``int()``, ``bool()`` of a device array) are refused by
-    JAX's device-to-host guard on accelerators, but it does not see them on
+    JAX's device-to-host guard on accelerators, which stops the call: that
+    refusal is reported as the implicit read. The guard does not see them on
     CPU devices. There the call's device inputs are first made to wait on a
     device computation of about `_GATE_TARGET_SECONDS`: JAX dispatches
     asynchronously, so a call that makes no read returns while its inputs are
@@ -204,7 +205,13 @@ def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> Host
         _counting_device_gets() as explicit,
     ):
         started = time.perf_counter()
-        outputs = fn(*inputs)
+        try:
+            outputs = fn(*inputs)
+        except jax.errors.JaxRuntimeError as error:
+            if timed or _DEVICE_TO_HOST_REFUSAL not in str(error):
+                raise
+            refusal = str(error).splitlines()[0]
+            return HostReads(explicit[0], f"refused by the guard: {refusal}", "transfer guard")
         returned = time.perf_counter() - started
         # A read of anything computed from the inputs had to wait for them. (`jax.Array`'s
         # annotations lack `is_ready`, which every concrete array has.)
@@ -219,6 +226,10 @@ def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> Host
     if waited and not explicit[0]:
         return HostReads(0, f"the call waited for its inputs' values ({method})", method)
     return HostReads(explicit[0], "", method)
+
+
+_DEVICE_TO_HOST_REFUSAL = "Disallowed device-to-host transfer"
+"""How JAX's guard words its refusal of a read from an accelerator (jax 0.4 to 0.11)."""
 
 
 @contextmanager
