@@ -26,6 +26,11 @@ _DLPACK_CPU = 1
 _DLPACK_CUDA = 2
 
 
+def _as_variable_type(variable_type: Type) -> Type:
+    """What a pickled `DeviceResidentInput` loads as: its variable's type."""
+    return variable_type
+
+
 class DeviceResidentInput:
     """A container type that filters one input onto its device, or onto its devices' mesh.
 
@@ -71,6 +76,12 @@ class DeviceResidentInput:
         self.jit_uploads = sharding.is_fully_addressable
         # Whether a numpy array of the right dtype, ndim and static shape is the final value.
         self.host_as_is = self.jit_uploads and split_axis is None
+
+    def __reduce__(self) -> tuple:
+        # A sharding names devices, which do not pickle. A loaded function links anew and places
+        # its inputs again (PyTensor keeps only the pickled containers' cells): the variable's own
+        # type stands in.
+        return _as_variable_type, (self.variable_type,)
 
     def filter(
         self, data: Any, strict: bool = False, allow_downcast: bool | None = None

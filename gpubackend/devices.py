@@ -117,6 +117,14 @@ def resolve_device(
     return candidates[index]
 
 
+def device_name(device: DeviceSpec) -> str:
+    """The name that `resolve_device` turns back into ``device`` (``"gpu:0"``, ``"cpu:1"``): what
+    a pickled function keeps, since a ``jax.Device`` does not pickle. A name stays as it is."""
+    if isinstance(device, str):
+        return device
+    return f"{device.platform}:{platform_devices(device.platform).index(device)}"
+
+
 def platform_devices(platform: str) -> list[jax.Device]:
     """JAX's devices for ``platform``, or an empty list when it has no such backend."""
     import jax

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytensor.compile.executor import Function
+from pytensor.compile.executor import Function, _pickle_Function
 from pytensor.compile.maker import FunctionMaker
 
 
@@ -45,6 +45,11 @@ class JAXGPUFunction(Function):
             if direct
             else None
         )
+
+    def __reduce__(self) -> tuple:
+        # PyTensor registers its pickling of ``Function`` (the maker, which links anew when
+        # loaded) for that class alone; a subclass would pickle its thunk.
+        return _pickle_Function(self)
 
     def __call__(self, *args: Any, **kwargs: Any):
         direct = self._direct

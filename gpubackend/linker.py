@@ -9,7 +9,7 @@ from pytensor.link.basic import Container
 from pytensor.link.jax.linker import JAXLinker
 from pytensor.tensor.random.type import RandomType
 
-from gpubackend.devices import DeviceSpec, check_device_spec, resolve_device
+from gpubackend.devices import DeviceSpec, check_device_spec, device_name, resolve_device
 from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, LoweringContext, ReadBack
 from gpubackend.registration import Lowerings, using_lowerings
 
@@ -57,6 +57,11 @@ class DispatchingJAXLinker(JAXLinker):
         context = self.lowering_context()
         with using_lowerings(self.lowerings):
             return super().fgraph_convert(fgraph, **kwargs, **{CONTEXT_KEYWORD: context})
+
+
+_LINK_STATE = ("placement", "read_back", "shared_generator_cells")
+"""What `JAXGPULinker` makes when it links a graph (`make_all`, `lowering_context`,
+`fgraph_convert`), left out when it is pickled: linking again makes it anew."""
 
 
 class JAXGPULinker(DispatchingJAXLinker):
@@ -108,6 +113,17 @@ class JAXGPULinker(DispatchingJAXLinker):
         self.shard = dict(shard or {})
         self.outputs = outputs
         super().__init__("gpubackend", **kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickled function needs to link again (PyTensor pickles a ``Function`` with its
+        maker and links anew when it is loaded, as PyMC's multiprocess sampling does): devices
+        by name, since a ``jax.Device`` does not pickle, and none of what linking made."""
+        state = {key: value for key, value in self.__dict__.items() if key not in _LINK_STATE}
+        if self.device_spec is not None:
+            state["device_spec"] = device_name(self.device_spec)
+        if self.devices_spec is not None and not isinstance(self.devices_spec, str):
+            state["devices_spec"] = [device_name(device) for device in self.devices_spec]
+        return state
 
     def make_all(self, input_storage=None, output_storage=None, storage_map=None):
         from gpubackend.placement import Placement, resolve_devices

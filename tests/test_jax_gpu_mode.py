@@ -1,5 +1,7 @@
 """JAX_GPU mode: device selection, residency, donation and input errors."""
 
+import pickle
+
 import jax
 import numpy as np
 import pytensor
@@ -424,3 +426,28 @@ def test_jax_gpu_functions_take_the_lean_call_and_keep_function_semantics(target
     assert borrowed._direct is None  # borrowed inputs that may alias: Function's own call
     same = np.ones(2)
     np.testing.assert_allclose(np.asarray(borrowed(same, same)), [2.0, 2.0])
+
+
+@pytest.mark.parametrize("mode", ["JAX_GPU", "JAX_GPU_NUMPY", "device object", "mesh"])
+def test_a_pickled_function_loads_linked_again_on_the_same_devices(mode, target_device):
+    """PyMC's multiprocess sampling pickles the step's compiled function (as stock JAX allows);
+    a JAX_GPU one failed with "cannot pickle 'jaxlib._jax.Device' object"."""
+    x = pt.vector("x")
+    total = pytensor.shared(np.zeros(()), name="total")
+    modes = {
+        "device object": jax_gpu_mode(device=target_device),
+        "mesh": jax_gpu_mode(devices=jax.devices("cpu")[:2], shard={"x": 0}),
+    }
+    fn = pytensor.function(
+        [x], (x**2).sum(), updates={total: total + x.sum()}, mode=modes.get(mode, mode)
+    )
+    value = np.arange(4.0)
+    np.testing.assert_allclose(np.asarray(fn(value)), 14.0)
+    loaded = pickle.loads(pickle.dumps(fn))
+    np.testing.assert_allclose(np.asarray(loaded(value)), 14.0)
+    # The loaded function has its own copy of the shared variable, as PyTensor's pickling gives.
+    np.testing.assert_allclose(loaded.get_shared()[0].get_value(), 12.0)
+    placed = loaded.maker.linker.placement.description
+    assert placed == fn.maker.linker.placement.description
+    if mode != "mesh":
+        assert placed == str(target_device)

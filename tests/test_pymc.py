@@ -81,9 +81,14 @@ def _numpyro(chain_method: str):
     )
 
 
+def _nutpie():
+    # The test extra installs nutpie; a provisioned Python may lack it (the offline GPU machine).
+    return pytest.importorskip("nutpie", reason="nutpie is not installed: `make venv` installs it")
+
+
 def _nutpie_jax(gradient_backend: str):
     def sample(m):
-        import nutpie
+        nutpie = _nutpie()
 
         compiled = nutpie.compile_pymc_model(m, backend="jax", gradient_backend=gradient_backend)
         return nutpie.sample(
@@ -93,15 +98,23 @@ def _nutpie_jax(gradient_backend: str):
     return sample
 
 
-def _pm_sample(nuts_sampler: str | None, mode: str):
-    cores = {"cores": 1} if nuts_sampler == "pymc" else {}
-    return lambda m: pm.sample(
-        nuts_sampler=nuts_sampler,
-        compile_kwargs={"mode": mode},
-        model=m,
-        **cores,
-        **_sample_kwargs(),
-    )
+def _pm_sample(nuts_sampler: str | None, mode: str, cores: int | None = None):
+    """``pm.sample`` with ``nuts_sampler`` (None: PyMC's choice, nutpie where installed); PyMC's
+    own sampler runs its chains in this process unless ``cores`` says otherwise."""
+
+    def sample(m):
+        if nuts_sampler == "nutpie":
+            _nutpie()
+        in_process = {"cores": cores or 1} if nuts_sampler == "pymc" else {}
+        return pm.sample(
+            nuts_sampler=nuts_sampler,
+            compile_kwargs={"mode": mode},
+            model=m,
+            **in_process,
+            **_sample_kwargs(),
+        )
+
+    return sample
 
 
 # numpyro's sequential chain method runs, chain by chain, the one-chain computation that its
@@ -176,6 +189,15 @@ def assert_posterior_means(case: PyMCCase, posterior) -> None:
 @pytest.mark.parametrize(("case_name", "path"), [cell(c, p) for c in CASES for p in SAMPLER_PATHS])
 def test_posterior_means(case_name: str, path: str) -> None:
     assert_posterior_means(CASES[case_name], sampled_posterior(case_name, path))
+
+
+def test_pymc_samples_jax_gpu_chains_in_worker_processes():
+    """PyMC's own sampler with more than one core, its default without nutpie: each worker process
+    loads the pickled step and links its function anew (forkserver, for a JAX linker). It failed
+    with "cannot pickle 'jaxlib._jax.Device' object"."""
+    case = CASES["while_scan_trace"]
+    posterior = _pm_sample("pymc", "JAX_GPU", cores=CHAINS)(model(case.name)).posterior
+    assert_posterior_means(case, posterior)
 
 
 @functools.cache
