@@ -7,9 +7,10 @@ Importing this package imports no module of it (and so not numba):
 
 
 def register_lowerings() -> None:
-    """Register the native lowerings of the optimize ops on ``numba_funcify``, and Numba's typing of
-    the ``jax.Array`` a JAX update leaves in a shared variable (once jax is imported)."""
-    from gpubackend.dispatch.numba import optimize  # noqa: F401
+    """Register the native lowerings of the optimize ops and the bounds-checked integer-array
+    indexing on ``numba_funcify``, and Numba's typing of the ``jax.Array`` a JAX update leaves in a
+    shared variable (once jax is imported)."""
+    from gpubackend.dispatch.numba import optimize, subtensor  # noqa: F401
     from gpubackend.dispatch.numba.jax_arrays import register_jax_array_typing
     from gpubackend.import_hooks import when_imported
 

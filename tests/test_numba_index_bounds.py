@@ -1,0 +1,73 @@
+"""Integer-array indices out of range under NUMBA: the reference's ``IndexError``, not a read or a
+write past the array.
+
+PyTensor's Numba lowering of integer-array indexing compiles without bounds
+checks: with ``x`` of length 3, ``x[[0, 5]]`` read memory past ``x`` (``[0,
+5.3e-315]``) and ``inc_subtensor(x[[0, 5]], 1)`` wrote past it without error,
+as did the reads and writes that ``FusedElemwise`` fuses into its loop
+(``x[idx].sum()``). gpubackend's lowerings check each index first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+x = pt.vector("x")
+X = pt.matrix("X")
+idx = pt.lvector("idx")
+jdx = pt.lvector("jdx")
+X_VALUE = np.arange(12.0).reshape(3, 4)
+
+# name: (inputs, output, bad index values, good index values); x has length 3, X shape (3, 4).
+GRAPHS = {
+    "x[idx]": ([x, idx], x[idx], [[0, 5], [-4]], [[0, 2], [-3, -1]]),
+    "x[idx].sum(), fused": ([x, idx], x[idx].sum(), [[0, 5], [-4]], [[0, 2, 2], [-3]]),
+    "exp(x[idx]) * 2, fused": ([x, idx], pt.exp(x[idx]) * 2, [[3]], [[1, 0]]),
+    "inc_subtensor(x[idx], 1)": ([x, idx], pt.inc_subtensor(x[idx], 1.0), [[0, 5]], [[0, 0]]),
+    "set_subtensor(x[idx], 9)": ([x, idx], pt.set_subtensor(x[idx], 9.0), [[-4]], [[-1, 1]]),
+    "X[idx, jdx]": ([X, idx, jdx], X[idx, jdx], [([0], [4]), ([3], [0])], [([0, 2], [3, -4])]),
+    "X[:, jdx]": ([X, jdx], X[:, jdx], [[4]], [[0, 3]]),
+    "scan body x[idx]": (
+        [x, idx],
+        pytensor.scan(
+            lambda step, x, idx: x[idx].sum() + step,
+            sequences=[pt.arange(2.0)],
+            non_sequences=[x, idx],
+            return_updates=False,
+        ).sum(),
+        [[0, 5]],
+        [[1, 2]],
+    ),
+}
+
+
+def _arguments(inputs, indices) -> list[np.ndarray]:
+    array = X_VALUE if inputs[0] is X else np.arange(3.0)
+    index_values = indices if isinstance(indices, tuple) else (indices,)
+    return [array, *(np.asarray(value, dtype="int64") for value in index_values)]
+
+
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_an_index_out_of_range_raises_the_references_error(name):
+    inputs, output, bad, _ = GRAPHS[name]
+    reference = pytensor.function(inputs, output, mode="FAST_COMPILE")
+    numba = pytensor.function(inputs, output, mode="NUMBA")
+    for indices in bad:
+        arguments = _arguments(inputs, indices)
+        with pytest.raises(IndexError):
+            reference(*arguments)
+        with pytest.raises(IndexError, match="out of bounds for axis"):
+            numba(*arguments)
+
+
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_indices_in_range_give_the_references_values(name):
+    inputs, output, _, good = GRAPHS[name]
+    reference = pytensor.function(inputs, output, mode="FAST_COMPILE")
+    numba = pytensor.function(inputs, output, mode="NUMBA")
+    for indices in good:
+        arguments = _arguments(inputs, indices)
+        np.testing.assert_array_equal(numba(*arguments), reference(*arguments))
