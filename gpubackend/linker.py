@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pytensor.compile.sharedvalue import SharedVariable
@@ -280,6 +281,9 @@ class JAXGPULinker(DispatchingJAXLinker):
         import jax
 
         input_shardings = self.placement.input_shardings
+        # One wrapper per graph function: jit caches compiled code per function object, and the
+        # two first rungs of a while-Scan ladder jit the same graph (see `_jit_graph`).
+        at_precision = functools.cache(self._at_matmul_precision)
 
         def jitted(
             graph_fn,
@@ -300,7 +304,7 @@ class JAXGPULinker(DispatchingJAXLinker):
                     if position + leading not in static_argnums
                 )
             return jax.jit(
-                self._at_matmul_precision(graph_fn),
+                at_precision(graph_fn),
                 static_argnums=static_argnums,
                 donate_argnums=donate_argnums,
                 out_shardings=self.placement.output_sharding,
