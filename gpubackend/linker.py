@@ -65,7 +65,7 @@ class DispatchingJAXLinker(JAXLinker):
             return super().fgraph_convert(fgraph, **kwargs, **{CONTEXT_KEYWORD: context})
 
 
-_LINK_STATE = ("placement", "read_back", "shared_generator_cells")
+_LINK_STATE = ("placement", "read_back", "shared_generator_cells", "inner_index_checks")
 """What `JAXGPULinker` makes when it links a graph (`make_all`, `lowering_context`,
 `fgraph_convert`), left out when it is pickled: linking again makes it anew."""
 
@@ -227,10 +227,18 @@ class JAXGPULinker(DispatchingJAXLinker):
         # The jitted graph serves PyTensor's calls only: JAX never differentiates it.
         on_cpu = self.placement.platform == "cpu"
         return LoweringContext(
-            read_back=self.read_back, jax_differentiable=False, split_ladder=on_cpu
+            read_back=self.read_back,
+            jax_differentiable=False,
+            split_ladder=on_cpu,
+            inner_index_checks=self.inner_index_checks,
         )
 
     def fgraph_convert(self, fgraph, **kwargs):
+        from gpubackend.dispatch.jax.while_scan.index_checks import inner_graphs_index
+
+        # Whether inner graphs check run-time indices: their lowering emits the checks, and
+        # `jit_compile` reads them back.
+        self.inner_index_checks = inner_graphs_index(fgraph.toposort())
         # PyTensor's conversion swaps each shared generator for a copy, dropping the shared
         # variable's own storage cell: kept here, by position, for `FollowedGeneratorCell`.
         storage_map = kwargs["storage_map"]
@@ -280,10 +288,13 @@ class JAXGPULinker(DispatchingJAXLinker):
     def jit_compile(self, fn):
         import jax
 
+        from gpubackend.dispatch.jax.while_scan.index_checks import checkified, raise_checked
+
         input_shardings = self.placement.input_shardings
         # One wrapper per graph function: jit caches compiled code per function object, and the
         # two first rungs of a while-Scan ladder jit the same graph (see `_jit_graph`).
         at_precision = functools.cache(self._at_matmul_precision)
+        functionalized = functools.cache(checkified)
 
         def jitted(
             graph_fn,
@@ -303,12 +314,25 @@ class JAXGPULinker(DispatchingJAXLinker):
                     for position, sharding in enumerate(input_shardings)
                     if position + leading not in static_argnums
                 )
-            return jax.jit(
-                at_precision(graph_fn),
-                static_argnums=static_argnums,
-                donate_argnums=donate_argnums,
-                out_shardings=self.placement.output_sharding,
-                **placed,
+            prepared = at_precision(graph_fn)
+            if not self.inner_index_checks:
+                return jax.jit(
+                    prepared,
+                    static_argnums=static_argnums,
+                    donate_argnums=donate_argnums,
+                    out_shardings=self.placement.output_sharding,
+                    **placed,
+                )
+            # Nothing donated: where a check fails the reference applies no update, so the shared
+            # variables keep their buffers.
+            return raise_checked(
+                jax.jit(
+                    functionalized(prepared, static_argnums),
+                    static_argnums=static_argnums,
+                    out_shardings=(None, self.placement.output_sharding),
+                    **placed,
+                ),
+                on_host_platform=self.placement.platform == "cpu",
             )
 
         return self._outputs_to_host(self._jit_graph(fn, jitted))

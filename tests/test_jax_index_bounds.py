@@ -14,6 +14,8 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from pytensor.compile.builders import OpFromGraph
+from pytensor.gradient import jacobian
 
 from gpubackend.conformance.checks import count_host_reads
 
@@ -39,6 +41,41 @@ GRAPHS = {
     "X[iv, jv]": ([X, iv, jv], X[iv, jv], [([0], [4]), ([3], [0])], [([2], [3])]),
     # A constant mask indexes the first axis, so the integer index is checked against the second.
     "X[mask, i]": ([X, i], X[ROWS, i], [4], [3]),
+    # Inside inner graphs (issue 27): a Scan's body and an OpFromGraph clamped silently.
+    "scan body x[i + k]": (
+        [x, i],
+        pytensor.scan(
+            lambda k, x, i: x[i + k],
+            sequences=[pt.arange(2)],
+            non_sequences=[x, i],
+            return_updates=False,
+        ).sum(),
+        [2, -4],
+        [1, -3],
+    ),
+    "scan body set_subtensor(x[i])": (
+        [x, i],
+        pytensor.scan(
+            lambda k, x, i: pt.set_subtensor(x[i], k).sum(),
+            sequences=[pt.arange(2.0)],
+            non_sequences=[x, i],
+            return_updates=False,
+        ),
+        [3],
+        [-1],
+    ),
+    "OpFromGraph x[i]": ([x, i], OpFromGraph([x, i], [x[i] * 2])(x, i), [5], [2]),
+    "OpFromGraph in a scan body": (
+        [x, iv],
+        pytensor.scan(
+            lambda k, x, iv: OpFromGraph([x, iv], [x[iv].sum()])(x, iv) * k,
+            sequences=[pt.arange(2.0)],
+            non_sequences=[x, iv],
+            return_updates=False,
+        ),
+        [[0, 3]],
+        [[0, -3]],
+    ),
 }
 
 
@@ -105,6 +142,72 @@ def test_only_indices_known_at_run_time_cost_a_read(name, output, reads, target_
     counted = count_host_reads(fn, resident, target_device)
     assert not counted.implicit, counted
     assert counted.explicit == reads, counted
+
+
+def test_an_inner_graph_that_indexes_costs_one_read_and_keeps_the_outputs_on_the_device(
+    target_device,
+):
+    inputs, output, _, _ = GRAPHS["scan body x[i + k]"]
+    fn = pytensor.function(inputs, output, mode="JAX_GPU")
+    resident = [jax.device_put(np.asarray(value), target_device) for value in (np.arange(3.0), 1)]
+    fn(*resident)
+    counted = count_host_reads(fn, resident, target_device)
+    assert not counted.implicit, counted
+    assert counted.explicit == 1, counted
+    assert fn(*resident).devices() == {target_device}
+
+
+@pytest.mark.parametrize("name", ["x[t] over arange(len(x))", "jacobian"])
+def test_a_scan_over_arange_of_the_length_is_proven_in_range_and_reads_nothing(name, target_device):
+    """A for-Scan's sequence known while tracing has a known range: its entries used as indices
+    in the body are proven then. PyTensor's jacobian is such a Scan, in every gradient of an
+    optimize op: without the proof each of its calls paid a read."""
+    outputs = {
+        "x[t] over arange(len(x))": pytensor.scan(
+            lambda t, x: x[t] * 2,
+            sequences=[pt.arange(x.shape[0])],
+            non_sequences=[x],
+            return_updates=False,
+        ),
+        "jacobian": jacobian(pt.exp(x) * x.sum(), x, vectorize=False),
+    }
+    fn = pytensor.function([x], outputs[name], mode="JAX_GPU")
+    value = np.array([0.5, -1.0, 2.0])
+    want = pytensor.function([x], outputs[name], mode="FAST_COMPILE")(value)
+    np.testing.assert_allclose(np.asarray(fn(value)), want)
+    resident = [jax.device_put(value, target_device)]
+    counted = count_host_reads(fn, resident, target_device)
+    assert not counted.implicit, counted
+    assert counted.explicit == 0, counted
+
+
+def test_a_constant_sequence_with_an_entry_out_of_range_is_checked_at_run_time():
+    rows = pytensor.scan(
+        lambda t, x: x[t],
+        sequences=[pt.as_tensor(np.array([0, 5]))],
+        non_sequences=[x],
+        return_updates=False,
+    )
+    fn = pytensor.function([x], rows, mode="JAX_GPU")
+    with pytest.raises(IndexError, match="out of bounds for axis 0"):
+        fn(np.arange(3.0))
+    np.testing.assert_array_equal(np.asarray(fn(np.arange(6.0))), [0.0, 5.0])
+
+
+def test_a_failed_inner_index_check_leaves_shared_variables_as_they_were():
+    state = pytensor.shared(np.arange(3.0), name="state")
+    rows = pytensor.scan(
+        lambda k, state, i: state[i + k],
+        sequences=[pt.arange(2)],
+        non_sequences=[state, i],
+        return_updates=False,
+    )
+    write = pytensor.function([i], [], updates={state: state + rows.sum()}, mode="JAX_GPU")
+    with pytest.raises(IndexError, match="out of bounds for axis 0"):
+        write(2)
+    np.testing.assert_array_equal(state.get_value(), [0.0, 1.0, 2.0])
+    write(1)
+    np.testing.assert_array_equal(state.get_value(), [3.0, 4.0, 5.0])
 
 
 def test_stock_jax_keeps_jaxs_clamping():

@@ -51,6 +51,10 @@ from gpubackend.dispatch.jax.boolean_masks import shape_keeping_lowerings
 from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, lowering_context
 from gpubackend.dispatch.jax.replacements import replaces
 from gpubackend.dispatch.jax.while_scan.graph import lowered_while_scan_graph
+from gpubackend.dispatch.jax.while_scan.index_checks import (
+    checkified_indexing,
+    index_checked_nodes,
+)
 from gpubackend.dispatch.jax.while_scan.plan import plan_graph
 
 _SHAPE_DTYPE_KINDS = frozenset("iub")
@@ -120,7 +124,7 @@ def _integers_not_masks(fn: Callable, node: Apply) -> Callable:
 
 
 def _funcify_node(
-    op, node: Apply | None = None, *, graph_lowerings: dict[Apply, Callable], **kwargs
+    op, node: Apply | None = None, *, fgraph, graph_lowerings: dict[Apply, Callable], **kwargs
 ) -> Callable:
     """The node's lowering: ``jax_funcify``'s, unless the graph gives it its own (`boolean_masks`
     lowers writes through a boolean mask from their place in the graph)."""
@@ -129,6 +133,9 @@ def _funcify_node(
         fn = jax_funcify(op, node=node, **kwargs)
     if node is None:
         return fn
+    context = lowering_context(kwargs)
+    if context.nested and context.inner_index_checks and index_checked_nodes([node]):
+        fn = checkified_indexing(fn, node, fgraph)
     fn = _integers_not_masks(fn, node)
     if _is_shape_arithmetic(node):
         return _evaluated_when_concrete(fn)
@@ -155,7 +162,7 @@ def jax_funcify_FunctionGraph(
     if plan is None:
         graph_fn = fgraph_to_python(
             fgraph,
-            functools.partial(_funcify_node, graph_lowerings=graph_lowerings),
+            functools.partial(_funcify_node, fgraph=fgraph, graph_lowerings=graph_lowerings),
             type_conversion_fn=jax_typify,
             fgraph_name=fgraph_name,
             **kwargs,
@@ -163,7 +170,9 @@ def jax_funcify_FunctionGraph(
         return _with_graph_dtypes(graph_fn, fgraph.outputs, squeezed)
 
     def default_fn(node: Apply) -> Callable:
-        return _funcify_node(node.op, node=node, graph_lowerings=graph_lowerings, **node_kwargs)
+        return _funcify_node(
+            node.op, node=node, fgraph=fgraph, graph_lowerings=graph_lowerings, **node_kwargs
+        )
 
     def constant(value):
         return jax_typify(value.data, variable=value)

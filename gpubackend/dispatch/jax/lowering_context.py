@@ -50,6 +50,11 @@ class LoweringContext:
     """JAX may differentiate the lowered function. JAX_GPU's never is: PyTensor's gradients are
     graphs of their own."""
 
+    inner_index_checks: bool = False
+    """The inner graphs of the function check their integer indices known only at run time with
+    ``checkify.check``, and the linker reads the failures (JAX_GPU, where a Scan or OpFromGraph
+    indexes so: `while_scan.index_checks`)."""
+
     ofg_functions: dict[Any, Callable] = field(default_factory=dict, compare=False, repr=False)
     """One function per distinct OpFromGraph op within this lowering."""
 

@@ -19,6 +19,7 @@ classes and imports this module (and optimistix) only when one is first lowered.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +36,7 @@ from pytensor.tensor.optimize import (
 from gpubackend.dispatch.jax import damped_newton
 from gpubackend.dispatch.jax.bracket import expand_bracket
 from gpubackend.dispatch.jax.implicit import implicitly_differentiated, varying_like
+from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, lowering_context
 from gpubackend.dispatch.jax.optimize_methods import (
     ScipyIterations,
     SolverChoice,
@@ -49,6 +51,9 @@ Objective = Callable[[jax.Array, tuple], jax.Array]
 def _objective(op: ScipyWrapperOp, kwargs: dict) -> Objective:
     """The op's first inner output as ``f(y, args)``, the calling convention of optimistix."""
     kwargs.pop("storage_map", None)
+    # Run-time index checks stop at the solver: optimistix's loops are left as they are.
+    context = lowering_context(kwargs)
+    kwargs[CONTEXT_KEYWORD] = replace(context, inner_index_checks=False)
     inner_fn = jax_funcify(op.fgraph, **kwargs)
 
     def objective(y, args):

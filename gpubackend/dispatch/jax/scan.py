@@ -20,6 +20,7 @@ import numpy as np
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
+from gpubackend.dispatch.jax.while_scan.index_checks import sequence_ranges
 from gpubackend.dispatch.jax.while_scan.loop import possibly_trimmed_traces, scan_loop
 from gpubackend.dispatch.jax.while_scan.traces import untrimmed_outputs
 from gpubackend.errors import DataDependentLengthError
@@ -54,6 +55,8 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
         outer_inputs = list(given_inputs)
         for position in length_positions:
             outer_inputs[position] = _host_int(outer_inputs[position])
-        return for_scan(*outer_inputs)
+        # Index checks in the body read the ranges of sequences known while tracing.
+        with sequence_ranges(op, op.outer_seqs(outer_inputs)):
+            return for_scan(*outer_inputs)
 
     return for_scan_with_host_lengths

@@ -114,7 +114,7 @@ def _signature(value):
     return repr(jax.tree.map(lambda leaf: (np.shape(leaf), np.result_type(leaf).str), value))
 
 
-def read_back(values: tuple, on_host_platform: bool) -> tuple:
+def read_back[Tree](values: Tree, on_host_platform: bool) -> Tree:
     """The backend's one explicit read per run (the conformance suite counts its calls).
 
     ``jax.device_get`` on an accelerator. On the host platform a device buffer

@@ -16,18 +16,33 @@ becomes a run-time check (`checks`): its condition is computed in the
 computation and read back in the call's one read (`host`). Only a linker that
 reads back asks for these checks (`plan.plan_graph`): stock ``mode="JAX"``
 keeps JAX's semantics, as a check there would cost a host callback.
+
+Inside the inner graphs of Scans and OpFromGraphs (a Scan's body runs once per
+step, inside ``lax.scan``), a condition cannot reach the top graph's read as a
+value: there the check is ``checkify.check`` (`checkified_indexing`), and the
+linker functionalizes the whole computation with ``jax.experimental.checkify``
+(`checkified`), which carries the first failure out of every loop and branch
+as a value the call reads (`raise_checked`). Only functions whose Scans or
+OpFromGraphs index at run-time positions do this (`inner_graphs_index`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from pytensor.graph.basic import Apply, Constant
+from jax.experimental import checkify
+from pytensor.compile.builders import OpFromGraph
+from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.link.jax.dispatch.basic import jax_funcify
+from pytensor.scan.op import Scan
+from pytensor.tensor.basic import ScalarFromTensor, TensorFromScalar
 from pytensor.tensor.subtensor import (
     AdvancedIncSubtensor,
     AdvancedSubtensor,
@@ -103,11 +118,7 @@ def checked_indexing(op, node: Apply, **kwargs) -> BoundedLowering:
         for axis, position in _positions(node)
         if not isinstance(node.inputs[position], Constant)
     ]
-    x_name = node.inputs[0].name or "the indexed array"
-    checks = tuple(
-        RuntimeCheck(IndexError, f"{op}: an index is out of bounds for axis {axis} of {x_name}")
-        for axis, _ in checked
-    )
+    checks = tuple(RuntimeCheck(IndexError, _out_of_bounds(op, axis, node)) for axis, _ in checked)
 
     def indexing(*inputs):
         shape = jnp.shape(inputs[0])
@@ -115,3 +126,153 @@ def checked_indexing(op, node: Apply, **kwargs) -> BoundedLowering:
         return NodeResult(fn(*inputs), oks)
 
     return BoundedLowering(indexing, (None,), checks)
+
+
+def _out_of_bounds(op, axis: int, node: Apply) -> str:
+    x_name = node.inputs[0].name or "the indexed array"
+    return f"{op}: an index is out of bounds for axis {axis} of {x_name}"
+
+
+def inner_graphs_index(order: Sequence[Apply]) -> bool:
+    """Whether an inner graph of a Scan or an OpFromGraph among ``order`` (at any depth) indexes at
+    a position known only at run time."""
+    for node in order:
+        if isinstance(node.op, Scan | OpFromGraph):
+            inner = node.op.fgraph.toposort()
+            if index_checked_nodes(inner) or inner_graphs_index(inner):
+                return True
+    return False
+
+
+_SEQUENCE_RANGES: ContextVar[Mapping[tuple[Any, int], tuple[int, int]]] = ContextVar(
+    "sequence_ranges", default=MappingProxyType({})
+)
+"""While a for-Scan's body is traced: ``(inner graph, input position) -> (least, greatest)`` for
+each of its sequences that is known while tracing (``arange(len(x))``, as in a jacobian)."""
+
+
+@contextmanager
+def sequence_ranges(op: Scan, outer_sequences: Sequence) -> Iterator[None]:
+    """While the block traces ``op``'s body: the range of each integer sequence known while
+    tracing (one tap each: the body sees its entries, and nothing else)."""
+    inner_sequences = op.inner_seqs(op.fgraph.inputs)
+    ranges = dict(_SEQUENCE_RANGES.get())
+    if len(inner_sequences) == len(outer_sequences):
+        for position, sequence in enumerate(outer_sequences):
+            if isinstance(sequence, jax.core.Tracer):
+                continue
+            values = np.asarray(sequence)
+            if values.size and values.dtype.kind in "iu":
+                ranges[(op.fgraph, position)] = (int(values.min()), int(values.max()))
+    token = _SEQUENCE_RANGES.set(ranges)
+    try:
+        yield
+    finally:
+        _SEQUENCE_RANGES.reset(token)
+
+
+_SAME_INTEGER = (ScalarFromTensor, TensorFromScalar)
+
+
+def _origin(variable: Variable, inputs: Sequence[Variable]) -> int | None:
+    """The position among ``inputs`` of the graph input ``variable`` is, through conversions that
+    keep its value (scalar from tensor and back); None otherwise."""
+    while variable.owner is not None and isinstance(variable.owner.op, _SAME_INTEGER):
+        variable = variable.owner.inputs[0]
+    return inputs.index(variable) if variable in inputs else None
+
+
+def checkified_indexing(fn: Callable, node: Apply, fgraph) -> Callable:
+    """``fn``, first checking each integer index of ``node`` that is not a constant with
+    ``checkify.check`` (an index out of range while tracing raises the reference's error then).
+
+    An index that is a for-Scan's sequence known while tracing, whose every entry is in range
+    (`sequence_ranges`), is proven then and costs nothing: a jacobian's ``arange(len(x))``.
+    """
+    checked = [
+        (axis, position, _origin(node.inputs[position], fgraph.inputs))
+        for axis, position in _positions(node)
+        if not isinstance(node.inputs[position], Constant)
+    ]
+    # checkify formats its message: the op's braces are literal.
+    messages = [
+        f"IndexError: {_out_of_bounds(node.op, axis, node)}".replace("{", "{{").replace("}", "}}")
+        for axis, _, _ in checked
+    ]
+
+    def indexing(*inputs):
+        shape = jnp.shape(inputs[0])
+        ranges = _SEQUENCE_RANGES.get()
+        for (axis, position, origin), message in zip(checked, messages, strict=True):
+            size = shape[axis]
+            known = ranges.get((fgraph, origin)) if origin is not None else None
+            if known is not None and -size <= known[0] and known[1] < size:
+                continue
+            ok = _in_range(inputs[position], size, axis)
+            if ok is True:
+                continue
+            needed = _CHECKS_NEEDED.get()
+            if needed is not None:
+                needed.append(message)
+            else:
+                checkify.check(ok, message)
+        return fn(*inputs)
+
+    return indexing
+
+
+_CHECKS_NEEDED: ContextVar[list[str] | None] = ContextVar("checks_needed", default=None)
+"""While `checkified` first traces a graph: the checks its inner graphs could not prove, instead
+of ``checkify.check`` calls."""
+
+
+def checkified(graph_fn: Callable, static_argnums: Sequence[int]) -> Callable:
+    """``graph_fn`` returning ``(error, outputs)``: its ``checkify.check`` failures as a value
+    (its static arguments stay Python values: checkify would trace them).
+
+    The graph is first traced as it is, noting the checks it needs. Where every check was proven
+    while tracing that trace is the computation, and the error is None: checkify's transformation
+    of the whole computation (loops and solvers included) is paid only where a check remains.
+    """
+
+    def run(*args):
+        needed: list[str] = []
+        token = _CHECKS_NEEDED.set(needed)
+        try:
+            outputs = graph_fn(*args)
+        finally:
+            _CHECKS_NEEDED.reset(token)
+        if not needed:
+            return None, outputs
+        dynamic = [position for position in range(len(args)) if position not in static_argnums]
+
+        def on_dynamic(*values):
+            full = list(args)
+            for position, value in zip(dynamic, values, strict=True):
+                full[position] = value
+            return graph_fn(*full)
+
+        return checkify.checkify(on_dynamic, errors=checkify.user_checks)(
+            *(args[position] for position in dynamic)
+        )
+
+    return run
+
+
+def raise_checked(call: Callable, on_host_platform: bool) -> Callable:
+    """``call`` (a `checkified` computation) returning its outputs after reading its error: the
+    reference's ``IndexError`` where a check failed."""
+    from gpubackend.dispatch.jax.while_scan import host
+
+    def read_then_return(*args):
+        error, outputs = call(*args)
+        # Where every check was proven while tracing there is no error to read.
+        if error is None:
+            return outputs
+        # Else one explicit read of its few flags and codes.
+        failure = host.read_back(error, on_host_platform).get()
+        if failure is not None:
+            raise IndexError(failure.removeprefix("IndexError: ").removesuffix(" (`check` failed)"))
+        return outputs
+
+    return read_then_return
