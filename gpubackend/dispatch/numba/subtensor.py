@@ -28,11 +28,11 @@ from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
 from pytensor.tensor.subtensor import (
     AdvancedIncSubtensor,
     AdvancedSubtensor,
-    indices_from_subtensor,
 )
-from pytensor.tensor.variable import TensorVariable
 
-BOUNDS_CHECK_VERSION = 1
+from gpubackend.dispatch.subtensor_indices import integer_indices, out_of_bounds_message
+
+BOUNDS_CHECK_VERSION = 2
 """Part of the cache key: a changed check must not reuse a cached one."""
 
 
@@ -54,28 +54,13 @@ class IndexCheck(NamedTuple):
     message: str
 
 
-def _out_of_bounds(op, axis: int, array) -> str:
-    return f"{op}: an index is out of bounds for axis {axis} of {array.name or 'the indexed array'}"
-
-
 def _index_checks(node: Apply) -> list[IndexCheck]:
-    """The checks of an indexing node's integer indices that are not constants (PyTensor's Numba
-    lowering supports no ``newaxis``, so the axis is the position in the index tuple; a boolean
-    mask is checked by Numba's own indexing)."""
-    first_index_input = 2 if isinstance(node.op, AdvancedIncSubtensor) else 1
-    index_inputs = node.inputs[first_index_input:]
-    indices = indices_from_subtensor(index_inputs, node.op.idx_list)
+    """The checks of an indexing node's integer indices that are not constants (a boolean mask is
+    checked by Numba's own indexing)."""
     return [
-        IndexCheck(
-            first_index_input + index_inputs.index(index),
-            0,
-            axis,
-            _out_of_bounds(node.op, axis, node.inputs[0]),
-        )
-        for axis, index in enumerate(indices)
-        if isinstance(index, TensorVariable)
-        and not isinstance(index, Constant)
-        and np.dtype(index.type.dtype).kind in "iu"
+        IndexCheck(position, 0, axis, out_of_bounds_message(node.op, axis, node.inputs[0]))
+        for axis, position in integer_indices(node)
+        if not isinstance(node.inputs[position], Constant)
     ]
 
 
@@ -96,7 +81,7 @@ def _fused_index_checks(node: Apply) -> list[IndexCheck]:
                         position[index],
                         position[array],
                         check.axis,
-                        _out_of_bounds(inner.op, check.axis, outer),
+                        out_of_bounds_message(inner.op, check.axis, outer),
                     )
                 )
     return checks

@@ -52,34 +52,9 @@ from pytensor.tensor.subtensor import (
 
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering
+from gpubackend.dispatch.subtensor_indices import integer_indices, out_of_bounds_message
 
 _INDEXING_OPS = (Subtensor, IncSubtensor, AdvancedSubtensor, AdvancedIncSubtensor)
-
-
-def _first_index_input(op) -> int:
-    """Where the index inputs start: after ``x``, and after ``y`` for a write."""
-    return 2 if isinstance(op, IncSubtensor | AdvancedIncSubtensor) else 1
-
-
-def _positions(node: Apply) -> list[tuple[int, int]]:
-    """Per integer index (scalar or array) of the node: the axis of ``x`` it indexes, and its
-    position among the node's inputs (a slice's bounds and a boolean mask index nothing that
-    raises)."""
-    first_index_input = _first_index_input(node.op)
-    positions = []
-    axis = 0
-    for entry in node.op.idx_list:
-        if isinstance(entry, slice):
-            axis += 1
-            continue
-        position = first_index_input + entry
-        index_type = node.inputs[position].type
-        if np.dtype(index_type.dtype).kind == "b":
-            axis += index_type.ndim
-            continue
-        positions.append((axis, position))
-        axis += 1
-    return positions
 
 
 def index_checked_nodes(order: Sequence[Apply]) -> set[Apply]:
@@ -88,7 +63,9 @@ def index_checked_nodes(order: Sequence[Apply]) -> set[Apply]:
         node
         for node in order
         if isinstance(node.op, _INDEXING_OPS)
-        and any(not isinstance(node.inputs[position], Constant) for _, position in _positions(node))
+        and any(
+            not isinstance(node.inputs[position], Constant) for _, position in integer_indices(node)
+        )
     }
 
 
@@ -115,10 +92,13 @@ def checked_indexing(op, node: Apply, **kwargs) -> BoundedLowering:
     fn = jax_funcify(op, node=node, **kwargs)
     checked = [
         (axis, position)
-        for axis, position in _positions(node)
+        for axis, position in integer_indices(node)
         if not isinstance(node.inputs[position], Constant)
     ]
-    checks = tuple(RuntimeCheck(IndexError, _out_of_bounds(op, axis, node)) for axis, _ in checked)
+    checks = tuple(
+        RuntimeCheck(IndexError, out_of_bounds_message(op, axis, node.inputs[0]))
+        for axis, _ in checked
+    )
 
     def indexing(*inputs):
         shape = jnp.shape(inputs[0])
@@ -126,11 +106,6 @@ def checked_indexing(op, node: Apply, **kwargs) -> BoundedLowering:
         return NodeResult(fn(*inputs), oks)
 
     return BoundedLowering(indexing, (None,), checks)
-
-
-def _out_of_bounds(op, axis: int, node: Apply) -> str:
-    x_name = node.inputs[0].name or "the indexed array"
-    return f"{op}: an index is out of bounds for axis {axis} of {x_name}"
 
 
 def inner_graphs_index(order: Sequence[Apply]) -> bool:
@@ -191,12 +166,12 @@ def checkified_indexing(fn: Callable, node: Apply, fgraph) -> Callable:
     """
     checked = [
         (axis, position, _origin(node.inputs[position], fgraph.inputs))
-        for axis, position in _positions(node)
+        for axis, position in integer_indices(node)
         if not isinstance(node.inputs[position], Constant)
     ]
     # checkify formats its message: the op's braces are literal.
     messages = [
-        f"IndexError: {_out_of_bounds(node.op, axis, node)}".replace("{", "{{").replace("}", "}}")
+        out_of_bounds_message(node.op, axis, node.inputs[0]).replace("{", "{{").replace("}", "}}")
         for axis, _, _ in checked
     ]
 
@@ -272,7 +247,7 @@ def raise_checked(call: Callable, on_host_platform: bool) -> Callable:
         # Else one explicit read of its few flags and codes.
         failure = host.read_back(error, on_host_platform).get()
         if failure is not None:
-            raise IndexError(failure.removeprefix("IndexError: ").removesuffix(" (`check` failed)"))
+            raise IndexError(failure.removesuffix(" (`check` failed)"))
         return outputs
 
     return read_then_return
