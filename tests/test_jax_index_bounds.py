@@ -16,6 +16,8 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.compile.builders import OpFromGraph
 from pytensor.gradient import jacobian
+from pytensor.scan.utils import until
+from pytensor.tensor.optimize import minimize, root
 
 from gpubackend.conformance.checks import count_host_reads
 
@@ -26,6 +28,17 @@ iv = pt.lvector("iv")
 jv = pt.lvector("jv")
 X_VALUE = np.arange(12.0).reshape(3, 4)
 ROWS = np.array([True, False, True])
+
+
+def _trace_from_sum(x):
+    """A while-Scan counting up from ``x.sum()`` (3 for ``arange(3)``) past 5: three steps."""
+
+    def count(s):
+        new = s + 1.0
+        return new, until(new > 5.0)
+
+    return pytensor.scan(count, outputs_info=[x.sum()], n_steps=50, return_updates=False)
+
 
 # name: (inputs, output, bad index values, good index values); x has length 3, X shape (3, 4).
 GRAPHS = {
@@ -64,6 +77,14 @@ GRAPHS = {
         [3],
         [-1],
     ),
+    # A while-Scan's trace reaching sort (no length rule) specialises the graph on its step count.
+    "x[i] beside a specialised while-Scan": (
+        [x, i],
+        pt.sort(_trace_from_sum(x)) + x[i],
+        [5],
+        [2],
+    ),
+    "sort(while-Scan trace)[i]": ([x, i], pt.sort(_trace_from_sum(x))[i], [3, -4], [2, -3]),
     "OpFromGraph x[i]": ([x, i], OpFromGraph([x, i], [x[i] * 2])(x, i), [5], [2]),
     "OpFromGraph in a scan body": (
         [x, iv],
@@ -208,6 +229,31 @@ def test_a_failed_inner_index_check_leaves_shared_variables_as_they_were():
     np.testing.assert_array_equal(state.get_value(), [0.0, 1.0, 2.0])
     write(1)
     np.testing.assert_array_equal(state.get_value(), [3.0, 4.0, 5.0])
+
+
+OBJECTIVES_THAT_INDEX = {
+    # The objective reads x[i] of the variable solved for: the index is inside the op's inner graph.
+    "minimize": lambda: minimize(((x - 1.0) ** 2).sum() + x[i] ** 2, x)[0],
+    "root": lambda: root(x - 0.5 * x[i] - 1.0, x)[0],
+}
+
+
+@pytest.mark.parametrize("name", list(OBJECTIVES_THAT_INDEX))
+def test_an_index_out_of_range_in_an_optimize_objective_raises_the_references_error(
+    name, target_device
+):
+    """optimistix evaluated the objective with the index clamped (x[5] read x[2]) and returned a
+    solution; the objective's indices are now checked once, at the solution."""
+    solution = OBJECTIVES_THAT_INDEX[name]()
+    reference = pytensor.function([x, i], solution, mode="FAST_COMPILE")
+    checked = pytensor.function([x, i], solution, mode="JAX_GPU")
+    start = np.full(3, 0.5)
+    for bad in (5, -4):
+        with pytest.raises(IndexError, match="out of bounds"):
+            reference(start, bad)
+        with pytest.raises(IndexError, match="out of bounds for axis 0"):
+            checked(start, bad)
+    np.testing.assert_allclose(np.asarray(checked(start, -3)), reference(start, -3), atol=1e-5)
 
 
 def test_stock_jax_keeps_jaxs_clamping():

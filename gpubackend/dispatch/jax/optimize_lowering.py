@@ -19,7 +19,6 @@ classes and imports this module (and optimistix) only when one is first lowered.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -36,30 +35,47 @@ from pytensor.tensor.optimize import (
 from gpubackend.dispatch.jax import damped_newton
 from gpubackend.dispatch.jax.bracket import expand_bracket
 from gpubackend.dispatch.jax.implicit import implicitly_differentiated, varying_like
-from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, lowering_context
+from gpubackend.dispatch.jax.lowering_context import lowering_context
 from gpubackend.dispatch.jax.optimize_methods import (
     ScipyIterations,
     SolverChoice,
     solver_choice,
     solver_for_size,
 )
+from gpubackend.dispatch.jax.while_scan.index_checks import (
+    check_objective_at,
+    objective_index_conditions,
+)
 from gpubackend.scipy_options import scipy_method
 
 Objective = Callable[[jax.Array, tuple], jax.Array]
+IndexCheck = Callable[[jax.Array, tuple], None]
 
 
-def _objective(op: ScipyWrapperOp, kwargs: dict) -> Objective:
-    """The op's first inner output as ``f(y, args)``, the calling convention of optimistix."""
+def _objective(op: ScipyWrapperOp, kwargs: dict) -> tuple[Objective, IndexCheck]:
+    """The op's first inner output as ``f(y, args)``, the calling convention of optimistix, and the
+    check of its run-time indices at a solution.
+
+    Optimistix's loops are left as they are: the objective's indices are checked once, at the
+    solution (`index_checks.check_objective_at`), where the linker reads run-time checks.
+    """
     kwargs.pop("storage_map", None)
-    # Run-time index checks stop at the solver: optimistix's loops are left as they are.
-    context = lowering_context(kwargs)
-    kwargs[CONTEXT_KEYWORD] = replace(context, inner_index_checks=False)
     inner_fn = jax_funcify(op.fgraph, **kwargs)
 
-    def objective(y, args):
+    def evaluated(y, args):
         return inner_fn(y, *args)[0]
 
-    return objective
+    def objective(y, args):
+        with objective_index_conditions(op.fgraph, None):
+            return evaluated(y, args)
+
+    if not lowering_context(kwargs).inner_index_checks:
+        return objective, lambda value, args: None
+
+    def check_indices_at(value, args) -> None:
+        check_objective_at(evaluated, op.fgraph, value, args)
+
+    return objective, check_indices_at
 
 
 def _dtype(op: ScipyWrapperOp) -> str:
@@ -149,7 +165,7 @@ def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable, minimises: 
     choice_for_size = solver_for_size(
         op, dtype
     )  # refuses unsupported methods and options at compile time
-    objective = _objective(op, kwargs)
+    objective, check_indices_at = _objective(op, kwargs)
     condition = _stationary(objective) if minimises else objective
 
     def vector_solve(x0, *args):
@@ -160,7 +176,9 @@ def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable, minimises: 
         def solved(start, args):
             return _solved(solve, objective, choice, varying_like(start, args), args)
 
-        return implicitly_differentiated(solved, condition)(x0, args)
+        value, success = implicitly_differentiated(solved, condition)(x0, args)
+        check_indices_at(value, args)
+        return value, success
 
     return vector_solve
 
@@ -200,7 +218,7 @@ def _search_interval(objective: Objective, bounds: dict, args: tuple, max_steps:
 def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> Callable:
     dtype = _dtype(op)
     choice = solver_choice(op, n_variables=1, dtype=dtype)
-    objective = _objective(op, kwargs)
+    objective, check_indices_at = _objective(op, kwargs)
 
     def stationary(y, inputs):
         args, _ = _bounds_by_name(op, (y, *inputs))
@@ -229,7 +247,9 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> C
         return (lower + offset).astype(x0.dtype), success & found
 
     def minimize_scalar(x0, *inputs):
-        return implicitly_differentiated(solved, stationary)(_start(x0, dtype), inputs)
+        value, success = implicitly_differentiated(solved, stationary)(_start(x0, dtype), inputs)
+        check_indices_at(value, _bounds_by_name(op, (x0, *inputs))[0])
+        return value, success
 
     return minimize_scalar
 
@@ -238,7 +258,7 @@ def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
     dtype = _dtype(op)
     choice = solver_choice(op, n_variables=1, dtype=dtype)
     brackets = scipy_method(op).needs_input == "bracket"
-    equation = _objective(op, kwargs)
+    equation, check_indices_at = _objective(op, kwargs)
 
     def residual(y, inputs):
         args, _ = _bounds_by_name(op, (y, *inputs))
@@ -265,7 +285,9 @@ def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
         return jnp.where(sign_changes, value, jnp.nan).astype(value.dtype), success & sign_changes
 
     def root_scalar(x0, *inputs):
-        return implicitly_differentiated(solved, residual)(_start(x0, dtype), inputs)
+        value, success = implicitly_differentiated(solved, residual)(_start(x0, dtype), inputs)
+        check_indices_at(value, _bounds_by_name(op, (x0, *inputs))[0])
+        return value, success
 
     return root_scalar
 

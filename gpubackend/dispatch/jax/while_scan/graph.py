@@ -48,10 +48,10 @@ def lowered_while_scan_graph(
         counted = step_counted_graph(fgraph, order, plan, default_fn, constant, **node_kwargs)
 
         def specialised(step_counts: tuple, *inputs):
-            outputs, counts = counted(step_counts, *inputs)
-            return typed(outputs), HostReads(step_counts=counts)
+            outputs, counts, error_code = counted(step_counts, *inputs)
+            return typed(outputs), HostReads(error_code=error_code, step_counts=counts)
 
-        read_back.plan = HostReadPlan(n_specialised=len(plan.nodes))
+        read_back.plan = HostReadPlan(plan.checks, n_specialised=len(plan.nodes))
         return specialised
     graph = bounded_graph(fgraph, order, plan, default_fn, constant)
     if read_back is not None:

@@ -22,8 +22,17 @@ step, inside ``lax.scan``), a condition cannot reach the top graph's read as a
 value: there the check is ``checkify.check`` (`checkified_indexing`), and the
 linker functionalizes the whole computation with ``jax.experimental.checkify``
 (`checkified`), which carries the first failure out of every loop and branch
-as a value the call reads (`raise_checked`). Only functions whose Scans or
-OpFromGraphs index at run-time positions do this (`inner_graphs_index`).
+as a value the call reads (`raise_checked`). Only functions whose Scans,
+OpFromGraphs or optimize ops index at run-time positions do this
+(`inner_graphs_index`).
+
+An optimize op's objective runs inside the solver's loops (optimistix's, with
+their own error handling), which are left as they are: its indices are checked
+once, at the solution, where the lowering evaluates the objective again
+(`objective_index_conditions`). That is exact for an index that the op's
+arguments give (it is the same at every iterate); an index computed from the
+variable solved for is checked at the solution only. Graphs nested inside an
+objective (a jacobian's Scan) are not checked.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.scan.op import Scan
 from pytensor.tensor.basic import ScalarFromTensor, TensorFromScalar
+from pytensor.tensor.optimize import ScipyWrapperOp
 from pytensor.tensor.subtensor import (
     AdvancedIncSubtensor,
     AdvancedSubtensor,
@@ -109,10 +119,10 @@ def checked_indexing(op, node: Apply, **kwargs) -> BoundedLowering:
 
 
 def inner_graphs_index(order: Sequence[Apply]) -> bool:
-    """Whether an inner graph of a Scan or an OpFromGraph among ``order`` (at any depth) indexes at
-    a position known only at run time."""
+    """Whether an inner graph of a Scan, an OpFromGraph or an optimize op among ``order`` (at any
+    depth) indexes at a position known only at run time."""
     for node in order:
-        if isinstance(node.op, Scan | OpFromGraph):
+        if isinstance(node.op, Scan | OpFromGraph | ScipyWrapperOp):
             inner = node.op.fgraph.toposort()
             if index_checked_nodes(inner) or inner_graphs_index(inner):
                 return True
@@ -186,14 +196,55 @@ def checkified_indexing(fn: Callable, node: Apply, fgraph) -> Callable:
             ok = _in_range(inputs[position], size, axis)
             if ok is True:
                 continue
-            needed = _CHECKS_NEEDED.get()
-            if needed is not None:
-                needed.append(message)
-            else:
-                checkify.check(ok, message)
+            objective = _OBJECTIVE_CONDITIONS.get()
+            if objective is None:
+                check(ok, message)
+            elif objective[0] is fgraph and objective[1] is not None:
+                objective[1].append((ok, message))
         return fn(*inputs)
 
     return indexing
+
+
+def check(ok, message: str) -> None:
+    """``checkify.check(ok, message)``, or, while `checkified` first traces, a note that the graph
+    needs it."""
+    needed = _CHECKS_NEEDED.get()
+    if needed is not None:
+        needed.append(message)
+    else:
+        checkify.check(ok, message)
+
+
+_OBJECTIVE_CONDITIONS: ContextVar[tuple[Any, list | None] | None] = ContextVar(
+    "objective_conditions", default=None
+)
+"""While an optimize op's objective traces: its graph, and the list its own index conditions go
+to (None while the solver's loops evaluate it: unchecked)."""
+
+
+def check_objective_at(objective: Callable, fgraph, value, args) -> None:
+    """Evaluate ``objective`` (whose graph is ``fgraph``) at ``value`` and check its indices there,
+    unless this is itself an objective's evaluation (whose nested graphs are not checked)."""
+    if _OBJECTIVE_CONDITIONS.get() is not None:
+        return
+    conditions: list = []
+    with objective_index_conditions(fgraph, conditions):
+        objective(value, args)
+    for ok, message in conditions:
+        check(ok, message)
+
+
+@contextmanager
+def objective_index_conditions(fgraph, conditions: list | None) -> Iterator[None]:
+    """While the block traces the objective ``fgraph``: its index conditions, ``(ok, message)``,
+    are appended to ``conditions`` rather than checked (None: dropped); those of graphs nested in
+    it are dropped."""
+    token = _OBJECTIVE_CONDITIONS.set((fgraph, conditions))
+    try:
+        yield
+    finally:
+        _OBJECTIVE_CONDITIONS.reset(token)
 
 
 _CHECKS_NEEDED: ContextVar[list[str] | None] = ContextVar("checks_needed", default=None)

@@ -373,8 +373,9 @@ def step_counted_graph(
     constant,
     **kwargs,
 ) -> Callable:
-    """``graph(assumed_steps, *inputs) -> (outputs, ((steps_taken, matched), ...))``, one pair per
-    while-Scan of the plan."""
+    """``graph(assumed_steps, *inputs) -> (outputs, ((steps_taken, matched), ...), error_code)``,
+    one pair per while-Scan of the plan, and the code of the plan's first failed index check
+    (None where every check was proven while tracing)."""
     specialised = {node: specialised_scan(node.op, node, **kwargs) for node in plan.nodes}
     sizing = plan.sizing
     fns = {node: specialised.get(node) or default_fn(node) for node in order}
@@ -384,6 +385,7 @@ def step_counted_graph(
         assumed: Mapping[Apply, int | None] = dict(zip(plan.nodes, assumed_steps, strict=True))
         values = _fresh_values(constants, fgraph.inputs, inputs)
         counts = []
+        oks: list = []
         for node in order:
             arguments = [values[value] for value in node.inputs]
             if node in specialised:
@@ -391,11 +393,15 @@ def step_counted_graph(
                     node, fns[node], arguments, assumed[node]
                 )
                 counts.append((taken, matched))
+            elif node in plan.index_checks:
+                result = plan.index_checks[node].fn(*arguments)
+                outputs = result.outputs
+                oks.extend(result.oks)
             else:
                 outputs = _plain_outputs(sizing, plan.nodes, node, fns[node], arguments)
             values.update(
                 zip(node.outputs, [outputs] if len(node.outputs) == 1 else outputs, strict=True)
             )
-        return [values[output] for output in fgraph.outputs], tuple(counts)
+        return [values[output] for output in fgraph.outputs], tuple(counts), first_failure(oks)
 
     return graph

@@ -20,7 +20,7 @@ only at run time (`index_checks`), in graphs with or without a while-Scan.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pytensor.graph.basic import Apply, Variable
 from pytensor.raise_op import CheckAndRaise
@@ -75,9 +75,18 @@ class ExactLengthsNeeded:
 
     reason: str
 
+    index_checks: Mapping[Apply, BoundedLowering] = field(default_factory=dict)
+    """The checked lowering of each indexing node with an index known only at run time (for a
+    linker that reads back)."""
+
     @property
     def sizing(self) -> frozenset[Apply]:
         return _sizing_nodes(self.nodes)
+
+    @property
+    def checks(self) -> tuple[RuntimeCheck, ...]:
+        """Every index check the graph may need, in the order of its nodes."""
+        return tuple(check for lowering in self.index_checks.values() for check in lowering.checks)
 
 
 def _run_time_checks(order: Sequence[Apply]) -> set[Apply]:
@@ -117,7 +126,12 @@ def plan_graph(
         try:
             lowering = bounded_jax_funcify(node.op, node, input_kinds, **kwargs)
         except NotImplementedError as error:
-            return ExactLengthsNeeded(tuple(trimmed), node, str(error))
+            index_lowerings = {
+                indexing: checked_indexing(indexing.op, indexing, **kwargs)
+                for indexing in order
+                if indexing in indexed
+            }
+            return ExactLengthsNeeded(tuple(trimmed), node, str(error), index_lowerings)
         lowerings[node] = lowering
         kinds.update(
             (output, kind)
