@@ -58,3 +58,11 @@ def matvec(a, v):
         for j in range(a.shape[1]):
             out[i] += a[i, j] * v[j]
     return out
+
+
+@solver_njit
+def all_finite(a) -> bool:
+    for value in a.flat:
+        if not np.isfinite(value):
+            return False
+    return True

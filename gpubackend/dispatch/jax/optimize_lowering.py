@@ -34,7 +34,9 @@ from pytensor.tensor.optimize import (
 
 from gpubackend.dispatch.jax import damped_newton
 from gpubackend.dispatch.jax.bracket import expand_bracket
+from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.implicit import implicitly_differentiated, varying_like
+from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
 from gpubackend.dispatch.jax.lowering_context import lowering_context
 from gpubackend.dispatch.jax.optimize_methods import (
     ScipyIterations,
@@ -95,8 +97,8 @@ def _start(x0, dtype: str) -> jax.Array:
 _UNTRACEABLE_IN_MESH = (
     optx.AbstractBFGS,
     optx.LBFGS,
-    optx.Dogleg,
-    optx.LevenbergMarquardt,
+    HybridPowell,
+    MinpackLevenbergMarquardt,
     optx.Newton,
 )
 
@@ -159,6 +161,11 @@ def _stationary(objective: Objective) -> Objective:
     return jax.grad(objective)
 
 
+def _as_vector(equations: Objective) -> Objective:
+    """Equations of a 0-d ``x`` as equations of a vector of one element."""
+    return lambda y, args: jnp.reshape(equations(jnp.reshape(y, ()), args), (1,))
+
+
 def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable, minimises: bool) -> Callable:
     """Lower a vector minimize/root op: ``solve`` is ``optx.minimise`` or ``optx.root_find``."""
     dtype = _dtype(op)
@@ -174,7 +181,14 @@ def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable, minimises: 
         choice = choice_for_size(x0.size)
 
         def solved(start, args):
-            return _solved(solve, objective, choice, varying_like(start, args), args)
+            if minimises or start.ndim:
+                return _solved(solve, objective, choice, varying_like(start, args), args)
+            # MINPACK's root finders take vectors: a 0-d x is solved as one of one element, as
+            # scipy's root solves it.
+            value, success = _solved(
+                solve, _as_vector(objective), choice, varying_like(start.reshape(1), args), args
+            )
+            return value.reshape(()), success
 
         value, success = implicitly_differentiated(solved, condition)(x0, args)
         check_indices_at(value, args)

@@ -30,6 +30,8 @@ from pytensor.tensor.optimize import (
     ScipyWrapperOp,
 )
 
+from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
+from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
 from gpubackend.dispatch.jax.noise_aware_search import (
     ROUNDING_ULPS,
     NoiseAwareBFGS,
@@ -241,17 +243,25 @@ def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:
 
 
 def _hybr(settings: s.HybrSettings, n: int, dtype: str) -> SolverChoice:
-    return SolverChoice(
-        optx.Dogleg(*_floored(dtype, settings.xtol, settings.xtol)),
-        minpack_maxfev(settings.maxfev, n),
-    )
+    maxfev = minpack_maxfev(settings.maxfev, n)
+    rtol, atol = _floored(dtype, settings.xtol, settings.xtol)
+    hybrid = HybridPowell(xtol=rtol, factor=settings.factor, maxfev=maxfev, rtol=rtol, atol=atol)
+    return SolverChoice(hybrid, maxfev)
 
 
 def _lm(settings: s.LMSettings, n: int, dtype: str) -> SolverChoice:
-    solver: optx.AbstractLeastSquaresSolver = optx.LevenbergMarquardt(
-        *_floored(dtype, settings.xtol, settings.ftol)
+    maxfev = minpack_maxfev(settings.maxiter, n)
+    xtol, ftol = _floored(dtype, settings.xtol, settings.ftol)
+    solver = MinpackLevenbergMarquardt(
+        xtol=xtol,
+        ftol=ftol,
+        gtol=settings.gtol,
+        factor=settings.factor,
+        maxfev=maxfev,
+        rtol=xtol,
+        atol=ftol,
     )
-    return SolverChoice(solver, minpack_maxfev(settings.maxiter, n))
+    return SolverChoice(solver, maxfev)
 
 
 def _golden_search(tolerance: float, maxiter: int, dtype: str) -> SolverChoice:

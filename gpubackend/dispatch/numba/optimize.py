@@ -47,8 +47,8 @@ from gpubackend.solvers.bisect import make_bisect
 from gpubackend.solvers.bounded_minimize import make_bounded_minimize
 from gpubackend.solvers.brent_minimize import make_brent_minimize
 from gpubackend.solvers.brentq import make_brentq
-from gpubackend.solvers.dogleg_root import make_dogleg_root
 from gpubackend.solvers.golden import make_golden
+from gpubackend.solvers.hybrid_powell import make_hybrid_powell
 from gpubackend.solvers.levenberg_marquardt import make_levenberg_marquardt
 from gpubackend.solvers.newton_cg import make_newton_cg
 from gpubackend.solvers.newton_scalar import make_newton_scalar
@@ -59,7 +59,7 @@ from gpubackend.solvers.trust_exact import make_trust_exact
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 13
+SOLVER_CACHE_VERSION = 17
 
 
 # (op type, native solver) -> (problem adapter, solver factory). A vector
@@ -72,7 +72,7 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[Callable, Callable]] = {
     (MinimizeOp, "l-bfgs-b"): (problem.value_and_gradient, make_projected_lbfgs),
     (MinimizeOp, "newton-cg"): (problem.value_gradient_and_hessian, make_newton_cg),
     (MinimizeOp, "trust-exact"): (problem.value_gradient_and_hessian, make_trust_exact),
-    (RootOp, "hybr"): (problem.residual_and_jacobian, make_dogleg_root),
+    (RootOp, "hybr"): (problem.residual_and_jacobian, make_hybrid_powell),
     (RootOp, "lm"): (problem.residual_and_jacobian, make_levenberg_marquardt),
     (MinimizeScalarOp, "brent"): (problem.scalar_value, make_brent_minimize),
     (MinimizeScalarOp, "golden"): (problem.scalar_value, make_golden),
