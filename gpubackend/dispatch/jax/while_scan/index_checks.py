@@ -124,7 +124,10 @@ def inner_graphs_index(order: Sequence[Apply]) -> bool:
     for node in order:
         if isinstance(node.op, Scan | OpFromGraph | ScipyWrapperOp):
             inner = node.op.fgraph.toposort()
-            if index_checked_nodes(inner) or inner_graphs_index(inner):
+            if index_checked_nodes(inner):
+                return True
+            # The graphs nested in an optimize op's objective are not checked.
+            if not isinstance(node.op, ScipyWrapperOp) and inner_graphs_index(inner):
                 return True
     return False
 
