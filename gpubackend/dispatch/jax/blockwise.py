@@ -26,6 +26,7 @@ from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.blockwise import Blockwise
 
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
+from gpubackend.dispatch.jax.tracing import is_traced
 
 
 def _signature(inputs_sig, outputs_sig) -> str:
@@ -38,7 +39,7 @@ def _signature(inputs_sig, outputs_sig) -> str:
 def _core_value(value, batch_ndim: int):
     """``value`` without its (length-1) batch dimensions, kept concrete when it is."""
     index = (0,) * batch_ndim
-    if isinstance(value, jax.core.Tracer):
+    if is_traced(value):
         return value[index]
     with jax.ensure_compile_time_eval():
         return jnp.asarray(value)[index]

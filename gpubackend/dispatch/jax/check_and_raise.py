@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import jax
 import numpy as np
 from pytensor.raise_op import CheckAndRaise
 
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
+from gpubackend.dispatch.jax.tracing import is_traced
 
 
 @replaces(CheckAndRaise)
@@ -27,7 +27,7 @@ def jax_funcify_CheckAndRaise(op: CheckAndRaise, node, **kwargs) -> Callable:
     skip_check = stock_lowering(CheckAndRaise)(op, node=node, **kwargs)
 
     def check_and_raise(x, *conditions):
-        if not any(isinstance(condition, jax.core.Tracer) for condition in conditions):
+        if not any(is_traced(condition) for condition in conditions):
             if not all(np.all(np.asarray(condition)) for condition in conditions):
                 raise op.exc_type(op.msg)
         return skip_check(x, *conditions)

@@ -50,6 +50,7 @@ from pytensor.link.utils import fgraph_to_python
 from gpubackend.dispatch.jax.boolean_masks import shape_keeping_lowerings
 from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, lowering_context
 from gpubackend.dispatch.jax.replacements import replaces
+from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.dispatch.jax.while_scan.graph import lowered_while_scan_graph
 from gpubackend.dispatch.jax.while_scan.index_checks import (
     checkified_indexing,
@@ -87,7 +88,7 @@ def _is_shape_arithmetic(node: Apply) -> bool:
 
 def _evaluated_when_concrete(fn: Callable) -> Callable:
     def shape_arithmetic(*inputs):
-        if any(isinstance(value, jax.core.Tracer) for value in inputs):
+        if any(is_traced(value) for value in inputs):
             return fn(*inputs)
         with jax.ensure_compile_time_eval():
             return fn(*inputs)

@@ -20,10 +20,11 @@ from pytensor.conditional.op import IfElse, LazyIfElse
 from pytensor.link.jax.dispatch.basic import jax_funcify
 
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
+from gpubackend.dispatch.jax.tracing import is_traced
 
 
 def _is_concrete(value) -> bool:
-    return not isinstance(value, jax.core.Tracer)
+    return not is_traced(value)
 
 
 def _same_concrete(first, second) -> bool:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import jax
 import numpy as np
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
+from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.dispatch.jax.while_scan.index_checks import sequence_ranges
 from gpubackend.dispatch.jax.while_scan.loop import possibly_trimmed_traces, scan_loop
 from gpubackend.dispatch.jax.while_scan.traces import untrimmed_outputs
@@ -27,7 +27,7 @@ from gpubackend.errors import DataDependentLengthError
 
 
 def _host_int(value):
-    return value if isinstance(value, jax.core.Tracer) else int(np.asarray(value))
+    return value if is_traced(value) else int(np.asarray(value))
 
 
 @replaces(Scan)

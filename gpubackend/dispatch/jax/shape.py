@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from pytensor.link.jax.dispatch.shape import SHAPE_NOT_COMPATIBLE
@@ -23,6 +22,7 @@ from pytensor.tensor.basic import ARange
 from pytensor.tensor.shape import Reshape
 
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
+from gpubackend.dispatch.jax.tracing import is_traced
 
 
 def _stock_or_none(op_type: type, op, node, kwargs) -> Callable | None:
@@ -35,7 +35,7 @@ def _stock_or_none(op_type: type, op, node, kwargs) -> Callable | None:
 
 
 def _concrete(value, refusal: str) -> np.ndarray:
-    if isinstance(value, jax.core.Tracer):
+    if is_traced(value):
         raise NotImplementedError(refusal)
     return np.asarray(value)
 

@@ -33,6 +33,7 @@ from pytensor.tensor.subtensor import (
 )
 
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
+from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.errors import DataDependentLengthError
 
 
@@ -40,7 +41,7 @@ def _covers_whole_axis(index, length: int) -> bool:
     if not isinstance(index, slice):
         return False
     bounds = (index.start, index.stop, index.step)
-    if any(isinstance(bound, jax.core.Tracer) for bound in bounds):
+    if any(is_traced(bound) for bound in bounds):
         return False
     start, stop, step = slice(*(None if bound is None else int(bound) for bound in bounds)).indices(
         length

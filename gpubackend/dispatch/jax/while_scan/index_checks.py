@@ -43,7 +43,6 @@ from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
@@ -60,6 +59,7 @@ from pytensor.tensor.subtensor import (
     Subtensor,
 )
 
+from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering
 from gpubackend.dispatch.subtensor_indices import integer_indices, out_of_bounds_message
@@ -82,7 +82,7 @@ def index_checked_nodes(order: Sequence[Apply]) -> set[Apply]:
 def _in_range(index, size: int, axis: int) -> Any:
     """True where ``-size <= index < size`` holds while tracing, else the traced condition; a
     concrete index out of range raises the reference's error now."""
-    if isinstance(index, jax.core.Tracer):
+    if is_traced(index):
         index = jnp.asarray(index)
         above = index < size
         if jnp.issubdtype(index.dtype, jnp.unsignedinteger):
@@ -147,7 +147,7 @@ def sequence_ranges(op: Scan, outer_sequences: Sequence) -> Iterator[None]:
     ranges = dict(_SEQUENCE_RANGES.get())
     if len(inner_sequences) == len(outer_sequences):
         for position, sequence in enumerate(outer_sequences):
-            if isinstance(sequence, jax.core.Tracer):
+            if is_traced(sequence):
                 continue
             values = np.asarray(sequence)
             if values.size and values.dtype.kind in "iu":

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from pytensor.graph.basic import Apply, Constant, Variable
 
+from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, first_failure
 from gpubackend.dispatch.jax.while_scan.plan import BoundedPlan, ExactLengthsNeeded
 from gpubackend.dispatch.jax.while_scan.refusals import unbounded_step_count
@@ -36,7 +37,6 @@ from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
     BoundedInt,
     as_kind,
-    is_traced,
     with_capacity,
 )
 from gpubackend.errors import DataDependentLengthError

@@ -35,12 +35,12 @@ from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.lowering_context import lowering_context
+from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.dispatch.jax.while_scan.values import (
     Table,
     as_bounded,
     as_bounded_int,
     bounds_of,
-    is_traced,
     known_value,
     length_between,
     value_of,

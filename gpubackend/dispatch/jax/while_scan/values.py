@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gpubackend.dispatch.jax.tracing import is_traced
+
 Kind = Literal["array", "int"] | None
 """What a graph variable is while traced: `Bounded` ("array"), `BoundedInt` ("int") or an ordinary
 value (None)."""
@@ -77,10 +79,6 @@ class Bounded(NamedTuple):
     @property
     def capacity(self) -> int:
         return self.buffer.shape[0]
-
-
-def is_traced(value) -> bool:
-    return isinstance(value, jax.core.Tracer)
 
 
 def exactly(value) -> BoundedInt:
