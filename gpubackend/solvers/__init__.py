@@ -11,8 +11,19 @@ Each solver's settings are the typed settings of its scipy method
 
 Solvers never raise on non-convergence: they return the last iterate with a
 ``converged`` flag.
+
+Every solver compiles with PyTensor's own ``numba_njit``: solvers are only
+called from other jitted code (the lowerings), so they skip the CPython wrapper
+like PyTensor's kernels, and PyTensor's fastmath setting applies to them as it
+does to the rest of the compiled graph. scipy's size-dependent budgets
+(`gpubackend.scipy_options.budgets`) are compiled here for them.
 """
 
 # PyTensor's Numba dispatch first: importing it registers gpubackend's lowerings,
 # which import the solver modules, so it must not happen halfway through one.
-import pytensor.link.numba.dispatch.basic  # noqa: F401
+from pytensor.link.numba.dispatch.basic import numba_njit
+
+from gpubackend.scipy_options import budgets
+
+minimize_maxiter = numba_njit(budgets.minimize_maxiter)
+minpack_maxfev = numba_njit(budgets.minpack_maxfev)

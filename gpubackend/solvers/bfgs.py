@@ -13,9 +13,9 @@ crosses a call (each crossing is an atomic reference-count update).
 from collections.abc import Callable
 
 import numpy as np
+from pytensor.link.numba.dispatch.basic import numba_njit
 
-from gpubackend.solvers.budgets import minimize_maxiter
-from gpubackend.solvers.jit import solver_njit
+from gpubackend.solvers import minimize_maxiter
 from gpubackend.solvers.small_vectors import dot, max_abs, norm
 from gpubackend.solvers.wolfe12 import make_wolfe12
 
@@ -23,7 +23,7 @@ from gpubackend.solvers.wolfe12 import make_wolfe12
 _STEP_MIN, _STEP_MAX = 1e-100, 1e100
 
 
-@solver_njit(inline="always")
+@numba_njit(inline="always")
 def _descent_direction(hess_inv, gk, pk):
     """``pk = -hess_inv @ gk``."""
     n = gk.shape[0]
@@ -34,7 +34,7 @@ def _descent_direction(hess_inv, gk, pk):
         pk[i] = -total
 
 
-@solver_njit(inline="always")
+@numba_njit(inline="always")
 def _update_inverse_hessian(hess_inv, sk, yk, hy):
     """H <- (I - r s y^T) H (I - r y s^T) + r s s^T, expanded to avoid n^3 products."""
     n = sk.shape[0]
@@ -57,7 +57,7 @@ def make_bfgs(fun: Callable) -> Callable:
     """``solve(x0, args, settings: LineSearchSettings) -> (x, converged)``."""
     line_search = make_wolfe12(fun, _STEP_MIN, _STEP_MAX)
 
-    @solver_njit
+    @numba_njit
     def solve(x0, args, settings):
         gtol, c1, c2, xrtol = settings.gtol, settings.c1, settings.c2, settings.xrtol
         xk = x0.astype(np.float64)

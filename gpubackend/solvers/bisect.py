@@ -3,8 +3,7 @@
 from collections.abc import Callable
 
 import numpy as np
-
-from gpubackend.solvers.jit import solver_njit
+from pytensor.link.numba.dispatch.basic import numba_njit
 
 
 def make_bisect(fun: Callable) -> Callable:
@@ -14,7 +13,7 @@ def make_bisect(fun: Callable) -> Callable:
     A bracket without a sign change raises scipy's ``ValueError``.
     """
 
-    @solver_njit
+    @numba_njit
     def solve(args, x0, bracket, settings):
         xtol, rtol, maxiter = settings.xtol, settings.rtol, settings.maxiter
         if bracket.shape[0] < 2:

@@ -3,8 +3,7 @@
 from collections.abc import Callable
 
 import numpy as np
-
-from gpubackend.solvers.jit import solver_njit
+from pytensor.link.numba.dispatch.basic import numba_njit
 
 _SQRT_EPS = np.sqrt(2.2e-16)
 _GOLDEN_MEAN = 0.5 * (3.0 - np.sqrt(5.0))
@@ -19,7 +18,7 @@ def make_bounded_minimize(fun: Callable) -> Callable:
     Bounds that are not two finite, ordered numbers give ``converged=False``.
     """
 
-    @solver_njit
+    @numba_njit
     def solve(args, x0, bounds, settings):
         xatol, maxfun = settings.xatol, settings.maxiter
         if (

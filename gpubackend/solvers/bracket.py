@@ -8,8 +8,7 @@ bracket, three points are checked and used as given.
 from collections.abc import Callable
 
 import numpy as np
-
-from gpubackend.solvers.jit import solver_njit
+from pytensor.link.numba.dispatch.basic import numba_njit
 
 _GOLD = 1.618034
 _VERY_SMALL = 1e-21
@@ -21,7 +20,7 @@ def make_bracket(fun: Callable) -> Callable:
     """``search(args, xa, xb) -> (found, xa, xb, xc, fa, fb, fc)`` with ``f(xb)`` below both
     ends."""
 
-    @solver_njit
+    @numba_njit
     def search(args, xa, xb):
         fa = fun(xa, args)
         fb = fun(xb, args)
@@ -77,7 +76,7 @@ def make_bracket(fun: Callable) -> Callable:
         )
         return valid, xa, xb, xc, fa, fb, fc
 
-    @solver_njit
+    @numba_njit
     def resolve(args, points):
         """Bracket from the op's ``bracket`` input (0, 2 or 3 points)."""
         if points.shape[0] == 0:

@@ -3,9 +3,9 @@
 from collections.abc import Callable
 
 import numpy as np
+from pytensor.link.numba.dispatch.basic import numba_njit
 
 from gpubackend.solvers.bracket import make_bracket
-from gpubackend.solvers.jit import solver_njit
 
 _MIN_TOL = 1.0e-11
 _GOLDEN_SECTION = 0.3819660
@@ -16,7 +16,7 @@ def make_brent_minimize(fun: Callable) -> Callable:
     unused, as in scipy."""
     find_bracket = make_bracket(fun)
 
-    @solver_njit
+    @numba_njit
     def solve(args, x0, bracket, settings):
         xtol, maxiter = settings.xtol, settings.maxiter
         valid, xa, xb, xc, _fa, fb, _fc = find_bracket(args, bracket)

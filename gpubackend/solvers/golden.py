@@ -3,9 +3,9 @@
 from collections.abc import Callable
 
 import numpy as np
+from pytensor.link.numba.dispatch.basic import numba_njit
 
 from gpubackend.solvers.bracket import make_bracket
-from gpubackend.solvers.jit import solver_njit
 
 _RATIO = 0.61803399
 _COMPLEMENT = 1.0 - _RATIO
@@ -16,7 +16,7 @@ def make_golden(fun: Callable) -> Callable:
     unused, as in scipy."""
     find_bracket = make_bracket(fun)
 
-    @solver_njit
+    @numba_njit
     def solve(args, x0, bracket, settings):
         xtol, maxiter = settings.xtol, settings.maxiter
         valid, xa, xb, xc, _fa, _fb, _fc = find_bracket(args, bracket)

@@ -7,13 +7,12 @@ optimize op holds, loops cost less than LAPACK's calls.
 """
 
 import numpy as np
-
-from gpubackend.solvers.jit import solver_njit
+from pytensor.link.numba.dispatch.basic import numba_njit
 
 _EPS = np.finfo(np.float64).eps
 
 
-@solver_njit
+@numba_njit
 def column_norms(a, out):
     for j in range(a.shape[1]):
         total = 0.0
@@ -22,7 +21,7 @@ def column_norms(a, out):
         out[j] = np.sqrt(total)
 
 
-@solver_njit
+@numba_njit
 def householder_qr(a, pivot: bool, rdiag, acnorm, permutation):
     """``qrfac``: ``a`` (m x n) is overwritten with the Householder vectors below its diagonal and
     the strict upper triangle of ``R`` above it; ``rdiag`` gets ``R``'s diagonal, ``acnorm`` the
@@ -76,7 +75,7 @@ def householder_qr(a, pivot: bool, rdiag, acnorm, permutation):
         rdiag[j] = -column_norm
 
 
-@solver_njit
+@numba_njit
 def apply_qt(a, v):
     """``Q^T v`` in place, for the Householder vectors `householder_qr` left in ``a``."""
     for j in range(min(a.shape)):
@@ -89,7 +88,7 @@ def apply_qt(a, v):
                 v[i] += scale * a[i, j]
 
 
-@solver_njit
+@numba_njit
 def form_q(a, q):
     """``qform``: the square orthogonal ``Q`` from the Householder vectors in ``a``."""
     m = a.shape[0]

@@ -17,10 +17,10 @@ steps part.
 from collections.abc import Callable
 
 import numpy as np
+from pytensor.link.numba.dispatch.basic import numba_njit
 
-from gpubackend.solvers.budgets import minpack_maxfev
+from gpubackend.solvers import minpack_maxfev
 from gpubackend.solvers.householder_qr import apply_qt, form_q, householder_qr
-from gpubackend.solvers.jit import solver_njit
 from gpubackend.solvers.small_vectors import all_finite, norm
 from gpubackend.solvers.trust_region import initial_scaling
 
@@ -28,7 +28,7 @@ _EPS = np.finfo(np.float64).eps
 _GIANT = np.finfo(np.float64).max
 
 
-@solver_njit
+@numba_njit
 def _upper_triangle(factored, rdiag, r):
     """``R`` from `householder_qr`'s output."""
     n = r.shape[0]
@@ -38,7 +38,7 @@ def _upper_triangle(factored, rdiag, r):
         r[i, i] = rdiag[i]
 
 
-@solver_njit
+@numba_njit
 def scaled_dogleg(r, diag, qtb, delta):
     """MINPACK's ``dogleg``: the minimiser of ``|R x - Q^T F|`` over ``|diag * x| <= delta`` along
     the dogleg from the scaled gradient to the Gauss-Newton point (``x`` is minus the step)."""
@@ -95,7 +95,7 @@ def scaled_dogleg(r, diag, qtb, delta):
     return along_gradient * gradient + alpha * x
 
 
-@solver_njit
+@numba_njit
 def _givens(a, b):
     """``(cos, sin, tau)`` of the rotation that eliminates ``b`` against ``a``, and MINPACK's
     one-number record of it."""
@@ -111,7 +111,7 @@ def _givens(a, b):
     return cos, sin, tau
 
 
-@solver_njit
+@numba_njit
 def _rotation_of(tau):
     """``(cos, sin)`` from `_givens`'s record (``r1mpyq``)."""
     if abs(tau) > 1.0:
@@ -120,7 +120,7 @@ def _rotation_of(tau):
     return np.sqrt(1.0 - tau * tau), tau
 
 
-@solver_njit
+@numba_njit
 def _rank_one_update(r, q, qtf, u, v):
     """MINPACK's ``r1updt`` and ``r1mpyq``: ``R^T + u v^T = S`` is rotated back to lower triangular
     by ``2 (n - 1)`` Givens rotations ``G``, ``r`` becomes ``(S G)^T``, and ``q`` and ``qtf`` are
@@ -167,7 +167,7 @@ def _rank_one_update(r, q, qtf, u, v):
 def make_hybrid_powell(fun: Callable) -> Callable:
     """``solve(x0, args, settings: HybrSettings) -> (x, converged)``; ``fun`` returns ``(F, J)``."""
 
-    @solver_njit
+    @numba_njit
     def solve(x0, args, settings):
         xtol, factor = settings.xtol, settings.factor
         x = x0.astype(np.float64)

@@ -17,10 +17,10 @@ does, with the same ``success``.
 from collections.abc import Callable
 
 import numpy as np
+from pytensor.link.numba.dispatch.basic import numba_njit
 
-from gpubackend.solvers.budgets import minpack_maxfev
+from gpubackend.solvers import minpack_maxfev
 from gpubackend.solvers.householder_qr import apply_qt, householder_qr
-from gpubackend.solvers.jit import solver_njit
 from gpubackend.solvers.small_vectors import all_finite, norm
 from gpubackend.solvers.trust_region import initial_scaling
 
@@ -28,7 +28,7 @@ _EPS = np.finfo(np.float64).eps
 _DWARF = np.finfo(np.float64).tiny
 
 
-@solver_njit
+@numba_njit
 def _damped_solve(r, permutation, diag, qtb, x, sdiag):
     """MINPACK's ``qrsolv``: ``x`` minimising ``|A x - b|^2 + |diag * x|^2`` where ``A P = Q R``
     and ``qtb = Q^T b``; the triangular ``S`` with ``S^T S = R^T R + (P^T D P)^2`` is left in
@@ -84,7 +84,7 @@ def _damped_solve(r, permutation, diag, qtb, x, sdiag):
         x[permutation[j]] = rotated_qtb[j]
 
 
-@solver_njit
+@numba_njit
 def levenberg_marquardt_parameter(r, permutation, diag, qtb, delta, par, x):
     """MINPACK's ``lmpar``: the damping ``par`` (returned) whose step ``x`` (minus the step) has
     ``|diag * x|`` within 10 % of ``delta``, or is the Gauss-Newton step inside it (``par = 0``);
@@ -173,7 +173,7 @@ def make_levenberg_marquardt(fun: Callable) -> Callable:
     ``settings.maxiter`` counts evaluations of ``fun``, as scipy's does (MINPACK's ``maxfev``).
     """
 
-    @solver_njit
+    @numba_njit
     def solve(x0, args, settings):
         xtol, ftol, gtol, factor = settings.xtol, settings.ftol, settings.gtol, settings.factor
         x = x0.astype(np.float64)

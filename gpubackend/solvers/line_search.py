@@ -10,8 +10,8 @@ gradient together, because the lowered inner graph computes both at once.
 from collections.abc import Callable
 
 import numpy as np
+from pytensor.link.numba.dispatch.basic import numba_njit
 
-from gpubackend.solvers.jit import solver_njit
 from gpubackend.solvers.small_vectors import dot
 
 _MAX_BRACKET_ITERS = 10
@@ -20,7 +20,7 @@ _CUBIC_CHECK = 0.2
 _QUADRATIC_CHECK = 0.1
 
 
-@solver_njit
+@numba_njit
 def _cubic_minimizer(a, fa, fpa, b, fb, c, fc):
     """Minimizer of the cubic through (a, fa), (b, fb), (c, fc) with slope fpa at a; NaN if none."""
     db = b - a
@@ -38,7 +38,7 @@ def _cubic_minimizer(a, fa, fpa, b, fb, c, fc):
     return a + (-quad + np.sqrt(radical)) / (3.0 * cubic)
 
 
-@solver_njit
+@numba_njit
 def _quadratic_minimizer(a, fa, fpa, b, fb):
     """Minimizer of the parabola through (a, fa), (b, fb) with slope fpa at a; NaN if none."""
     db = b - a
@@ -50,7 +50,7 @@ def _quadratic_minimizer(a, fa, fpa, b, fb):
     return a - fpa / (2.0 * curvature)
 
 
-@solver_njit
+@numba_njit
 def initial_step(phi0, old_phi0, derphi0) -> float:
     """scipy's first trial step: the previous decrease extrapolated, at most 1; 1 without a previous
     iterate (NaN)."""
@@ -70,7 +70,7 @@ def make_strong_wolfe(fun: Callable) -> Callable:
     ``x`` is a work vector of the size of ``xk``.
     """
 
-    @solver_njit
+    @numba_njit
     def trial(xk, pk, args, alpha, x):
         """Value, gradient and slope at ``xk + alpha * pk``, formed in the work vector ``x``."""
         for i in range(xk.shape[0]):
@@ -78,7 +78,7 @@ def make_strong_wolfe(fun: Callable) -> Callable:
         f, g = fun(x, args)
         return f, g, dot(g, pk)
 
-    @solver_njit
+    @numba_njit
     def zoom(xk, pk, args, x, a_lo, a_hi, phi_lo, phi_hi, derphi_lo, phi0, derphi0, c1, c2):
         phi_rec = phi0
         a_rec = 0.0
@@ -118,7 +118,7 @@ def make_strong_wolfe(fun: Callable) -> Callable:
                 derphi_lo = derphi_j
         return False, a_lo, phi_lo, np.empty_like(xk)
 
-    @solver_njit
+    @numba_njit
     def search(xk, pk, args, phi0, gk, old_phi0, c1, c2, x):
         derphi0 = dot(gk, pk)
         alpha1 = initial_step(phi0, old_phi0, derphi0)

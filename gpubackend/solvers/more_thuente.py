@@ -13,8 +13,7 @@ or a non-finite step.
 from typing import NamedTuple
 
 import numpy as np
-
-from gpubackend.solvers.jit import solver_njit
+from pytensor.link.numba.dispatch.basic import numba_njit
 
 # scipy's line_search_wolfe1: relative width below which the bracket counts as collapsed.
 _XTOL = 1e-14
@@ -25,7 +24,7 @@ _XTRAPL = 1.1
 _XTRAPU = 4.0
 
 
-@solver_njit
+@numba_njit
 def _cubic_gamma(theta, d1, d2, clamp_negative):
     s = max(abs(theta), abs(d1), abs(d2))
     radical = (theta / s) ** 2 - (d1 / s) * (d2 / s)
@@ -34,7 +33,7 @@ def _cubic_gamma(theta, d1, d2, clamp_negative):
     return s * np.sqrt(radical)
 
 
-@solver_njit
+@numba_njit
 def _clip(value, low, high):
     """``np.clip`` for a float: NaN stays NaN, so the search sees it and stops."""
     if value < low:
@@ -44,7 +43,7 @@ def _clip(value, low, high):
     return value
 
 
-@solver_njit
+@numba_njit
 def _cubic_step_towards(stp, fp, dp, other, f_other, d_other):
     """Minimiser of the cubic through (stp, fp, dp) and (other, f_other, d_other), as dcstep writes
     it from ``stp``."""
@@ -57,7 +56,7 @@ def _cubic_step_towards(stp, fp, dp, other, f_other, d_other):
     return stp + p / q * (other - stp)
 
 
-@solver_njit
+@numba_njit
 def dcstep(stx, fx, dx, sty, fy, dy, stp, fp, dp, brackt, stpmin, stpmax):
     """A safeguarded trial step and the updated interval ``(stx, fx, dx, sty, fy, dy, stp, brackt)``
     (MINPACK-2)."""
@@ -148,7 +147,7 @@ class SearchState(NamedTuple):
 EVALUATE, CONVERGED, FAILED = 0, 1, 2
 
 
-@solver_njit
+@numba_njit
 def start(stp, phi0, derphi0, c1, c2, stpmin, stpmax):
     """``(state, status)`` for a search from ``stp``; status `EVALUATE` (at ``stp``) or `FAILED`
     (bad input)."""
@@ -177,7 +176,7 @@ def start(stp, phi0, derphi0, c1, c2, stpmin, stpmax):
     return state, EVALUATE
 
 
-@solver_njit
+@numba_njit
 def iterate(s, stp, f, g):
     """``(state, next step, status)`` after evaluating value ``f`` and slope ``g`` at ``stp``."""
     brackt, stage, stx, fx, gx, sty, fy, gy = (

@@ -10,9 +10,9 @@ is at most ``xtol``. ``fun(x, args)`` returns ``(f, grad, hess)``.
 from collections.abc import Callable
 
 import numpy as np
+from pytensor.link.numba.dispatch.basic import numba_njit
 
-from gpubackend.solvers.budgets import minimize_maxiter
-from gpubackend.solvers.jit import solver_njit
+from gpubackend.solvers import minimize_maxiter
 from gpubackend.solvers.wolfe12 import make_wolfe12
 
 _EPS = np.finfo(np.float64).eps
@@ -20,7 +20,7 @@ _EPS = np.finfo(np.float64).eps
 _STEP_MIN, _STEP_MAX = 1e-8, 50.0
 
 
-@solver_njit
+@numba_njit
 def truncated_cg(hessian, gradient):
     """``(ok, p)``: approximate solution of ``H p = -g``; ``ok`` is False if CG ran out of
     iterations."""
@@ -54,14 +54,14 @@ def truncated_cg(hessian, gradient):
 def make_newton_cg(fun: Callable) -> Callable:
     """``solve(x0, args, settings: NewtonCGSettings) -> (x, converged)``."""
 
-    @solver_njit
+    @numba_njit
     def value_and_gradient(x, args):
         f, g, _ = fun(x, args)
         return f, g
 
     line_search = make_wolfe12(value_and_gradient, _STEP_MIN, _STEP_MAX)
 
-    @solver_njit
+    @numba_njit
     def solve(x0, args, settings):
         xtol, c1, c2 = settings.xtol, settings.c1, settings.c2
         xk = x0.astype(np.float64)

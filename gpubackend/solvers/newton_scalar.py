@@ -2,7 +2,7 @@
 
 from collections.abc import Callable
 
-from gpubackend.solvers.jit import solver_njit
+from pytensor.link.numba.dispatch.basic import numba_njit
 
 
 def make_newton_scalar(fun: Callable) -> Callable:
@@ -11,7 +11,7 @@ def make_newton_scalar(fun: Callable) -> Callable:
     ``fun(x, args)`` returns ``(f, f')``; a zero derivative stops with ``converged=False``.
     """
 
-    @solver_njit
+    @numba_njit
     def solve(args, x0, interval, settings):
         xtol, rtol, maxiter = settings.xtol, settings.rtol, settings.maxiter
         p0 = x0

@@ -15,15 +15,15 @@ the arithmetic on the few variables these problems hold.
 from collections.abc import Callable
 
 import numpy as np
+from pytensor.link.numba.dispatch.basic import numba_njit
 
-from gpubackend.solvers.jit import solver_njit
 from gpubackend.solvers.small_vectors import dot, max_abs, norm
 
 _ARMIJO = 1e-4
 _CURVATURE_EPS = 2.2e-16
 
 
-@solver_njit(inline="always")
+@numba_njit(inline="always")
 def _two_loop(q, s_hist, y_hist, rho, count, newest, alpha, r):
     """``r = H q`` for the L-BFGS inverse-Hessian approximation (ring buffer of ``count`` pairs);
     ``alpha`` is work."""
@@ -46,13 +46,13 @@ def _two_loop(q, s_hist, y_hist, rho, count, newest, alpha, r):
             r[j] += s_hist[i, j] * (alpha[i] - beta)
 
 
-@solver_njit(inline="always")
+@numba_njit(inline="always")
 def _clip(value, low, high):
     # ufuncs on scalars: a NaN stays NaN, as with np.minimum/np.maximum on arrays.
     return np.minimum(np.maximum(value, low), high)
 
 
-@solver_njit
+@numba_njit
 def _expand_bound(bound, n):
     """A bound tuple of length ``n``, or length 1 broadcast to ``n``."""
     if len(bound) != 1 and len(bound) != n:
@@ -70,7 +70,7 @@ def make_projected_lbfgs(fun: Callable) -> Callable:
     element of ``x`` or a single entry for all (``-inf``/``inf`` when unbounded).
     """
 
-    @solver_njit
+    @numba_njit
     def solve(x0, args, settings):
         maxcor, ftol, gtol = settings.maxcor, settings.ftol, settings.gtol
         maxiter, maxfun, maxls = settings.maxiter, settings.maxfun, settings.maxls

@@ -3,8 +3,7 @@
 from collections.abc import Callable
 
 import numpy as np
-
-from gpubackend.solvers.jit import solver_njit
+from pytensor.link.numba.dispatch.basic import numba_njit
 
 _DEFAULT_OFFSET = 1e-4
 
@@ -15,7 +14,7 @@ def make_secant(fun: Callable) -> Callable:
     ``settings.x1`` NaN means scipy's default second point next to ``x0``.
     """
 
-    @solver_njit
+    @numba_njit
     def solve(args, x0, interval, settings):
         xtol, rtol, maxiter, x1 = settings.xtol, settings.rtol, settings.maxiter, settings.x1
         p0 = x0

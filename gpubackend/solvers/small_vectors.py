@@ -8,11 +8,10 @@ loops, and inlined, Numba prunes them.
 """
 
 import numpy as np
+from pytensor.link.numba.dispatch.basic import numba_njit
 
-from gpubackend.solvers.jit import solver_njit
 
-
-@solver_njit(inline="always")
+@numba_njit(inline="always")
 def dot(a, b) -> float:
     total = 0.0
     for i in range(a.shape[0]):
@@ -20,7 +19,7 @@ def dot(a, b) -> float:
     return total
 
 
-@solver_njit(inline="always")
+@numba_njit(inline="always")
 def max_abs(a) -> float:
     """Infinity norm; 0 for an empty vector, NaN if any element is NaN (as
     ``np.max(np.abs(a))``)."""
@@ -33,7 +32,7 @@ def max_abs(a) -> float:
     return largest
 
 
-@solver_njit(inline="always")
+@numba_njit(inline="always")
 def norm(a) -> float:
     """Euclidean norm; rescaled by the largest element only where squaring over- or underflows (as
     BLAS ``nrm2``)."""
@@ -50,7 +49,7 @@ def norm(a) -> float:
     return scale * np.sqrt(total)
 
 
-@solver_njit(inline="always")
+@numba_njit(inline="always")
 def matvec(a, v):
     """``a @ v`` for a matrix ``a`` (a transposed view too)."""
     out = np.zeros(a.shape[0])
@@ -60,7 +59,7 @@ def matvec(a, v):
     return out
 
 
-@solver_njit
+@numba_njit
 def all_finite(a) -> bool:
     for value in a.flat:
         if not np.isfinite(value):

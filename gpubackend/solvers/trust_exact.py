@@ -11,19 +11,19 @@ same global minimiser). ``fun(x, args)`` returns ``(f, grad, hess)``.
 from collections.abc import Callable
 
 import numpy as np
+from pytensor.link.numba.dispatch.basic import numba_njit
 
-from gpubackend.solvers.budgets import minimize_maxiter
-from gpubackend.solvers.jit import solver_njit
+from gpubackend.solvers import minimize_maxiter
 
 _SECULAR_ITERS = 100
 
 
-@solver_njit
+@numba_njit
 def _step_for_shift(eigenvalues, gradient_coords, shift):
     return -gradient_coords / (eigenvalues + shift)
 
 
-@solver_njit
+@numba_njit
 def exact_subproblem(hessian, gradient, radius):
     """``(p, hits_boundary)`` minimising the quadratic model inside the ball of ``radius``."""
     eigenvalues, vectors = np.linalg.eigh(hessian)
@@ -61,7 +61,7 @@ def exact_subproblem(hessian, gradient, radius):
     return vectors @ _step_for_shift(eigenvalues, gradient_coords, high), True
 
 
-@solver_njit
+@numba_njit
 def _refuse_non_finite(hessian):
     """scipy checks every Hessian it factors (``scipy.linalg`` with ``check_finite``)."""
     if not np.all(np.isfinite(hessian)):
@@ -72,7 +72,7 @@ def make_trust_exact(fun: Callable) -> Callable:
     """``solve(x0, args, settings: TrustExactSettings) -> (x, converged)``; a non-finite Hessian
     (a NaN start) raises scipy's ``ValueError``."""
 
-    @solver_njit
+    @numba_njit
     def solve(x0, args, settings):
         gtol, radius = settings.gtol, settings.initial_trust_radius
         x = x0.astype(np.float64)

@@ -1,10 +1,11 @@
 """The scaling and trust region MINPACK's root finders (``hybrj``, ``lmder``) start from."""
 
-from gpubackend.solvers.jit import solver_njit
+from pytensor.link.numba.dispatch.basic import numba_njit
+
 from gpubackend.solvers.small_vectors import norm
 
 
-@solver_njit
+@numba_njit
 def initial_scaling(column_norms, x, factor, diag):
     """``diag`` becomes the first Jacobian's column norms (1 for a zero column); returns
     ``(xnorm, delta)``: the scaled start's norm and the first trust region, ``factor`` times it."""

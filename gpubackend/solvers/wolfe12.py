@@ -9,8 +9,9 @@ point is formed and evaluated in this one function.
 
 from collections.abc import Callable
 
+from pytensor.link.numba.dispatch.basic import numba_njit
+
 from gpubackend.solvers import more_thuente
-from gpubackend.solvers.jit import solver_njit
 from gpubackend.solvers.line_search import initial_step, make_strong_wolfe
 from gpubackend.solvers.small_vectors import dot
 
@@ -27,7 +28,7 @@ def make_wolfe12(fun: Callable, stpmin: float, stpmax: float) -> Callable:
     strong_wolfe = make_strong_wolfe(fun)
 
     # Inlined into the solver, so that its arrays cross no call on the per-evaluation path.
-    @solver_njit(inline="always")
+    @numba_njit(inline="always")
     def search(xk, pk, args, phi0, gk, old_phi0, c1, c2, x):
         n = xk.shape[0]
         derphi0 = dot(gk, pk)
