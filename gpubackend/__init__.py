@@ -10,11 +10,15 @@ The public API is what ``__all__`` lists; everything else is internal.
 """
 
 from gpubackend import dispatch, precision, rewrites  # noqa: F401  (importing them registers the lowerings and rewrites)
-from gpubackend.devices import DeviceNotFoundError, InputDeviceError, resolve_device
+from gpubackend.devices import resolve_device
 from gpubackend.errors import (
     DataDependentLengthError,
+    DeviceNotFoundError,
     ForkAfterJAXWarning,
+    InputDeviceError,
     ObjectModeFallbackWarning,
+    UnsupportedMethod,
+    UnsupportedOption,
 )
 from gpubackend.linker import JAXGPULinker
 from gpubackend.mode import jax_gpu_mode, register, stock_jax_mode
@@ -23,13 +27,26 @@ register()
 precision.follow_floatx()
 
 __all__ = [
+    "BooleanMaskLengthError",
     "DataDependentLengthError",
     "DeviceNotFoundError",
     "ForkAfterJAXWarning",
     "InputDeviceError",
     "JAXGPULinker",
     "ObjectModeFallbackWarning",
+    "UnsupportedMethod",
+    "UnsupportedOption",
     "jax_gpu_mode",
     "resolve_device",
     "stock_jax_mode",
 ]
+
+
+def __getattr__(name: str):
+    # BooleanMaskLengthError is also JAX's own error class: importing it loads jax, which importing
+    # gpubackend must not (`gpubackend.errors`).
+    if name == "BooleanMaskLengthError":
+        from gpubackend.dispatch.jax.subtensor import BooleanMaskLengthError
+
+        return BooleanMaskLengthError
+    raise AttributeError(f"module 'gpubackend' has no attribute {name!r}")

@@ -19,7 +19,7 @@ import numpy as np
 from jax.sharding import Sharding, SingleDeviceSharding
 from pytensor.graph.type import Type
 
-from gpubackend.devices import InputDeviceError
+from gpubackend.errors import InputDeviceError
 from gpubackend.placement import check_divisible, input_label, place
 
 _DLPACK_CPU = 1

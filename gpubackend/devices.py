@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
+from gpubackend.errors import DeviceNotFoundError
+
 if TYPE_CHECKING:
     import jax
 
@@ -54,14 +56,6 @@ DEVICES_ARGUMENT = DeviceSource(
 DEVICE_ENVIRONMENT = DeviceSource(
     f"from ${DEVICE_ENV_VAR}", "'gpu', 'gpu:N', 'cpu' or 'cpu:N'", f"set {DEVICE_ENV_VAR}=cpu"
 )
-
-
-class DeviceNotFoundError(RuntimeError):
-    """The requested device does not exist; gpubackend never falls back silently."""
-
-
-class InputDeviceError(ValueError):
-    """An input array lives on a device other than the function's target device."""
 
 
 def check_device_spec(device: object, argument: str = "device") -> None:

@@ -1,7 +1,10 @@
-"""The errors and warnings gpubackend's users catch or filter, importable without jax or numba.
+"""The errors and warnings gpubackend's users catch or filter, importable without jax or numba; all
+are exported from ``gpubackend``.
 
-The device errors live with device resolution (`gpubackend.devices`); all are
-re-exported from ``gpubackend``.
+One public error lives elsewhere: `BooleanMaskLengthError` is also JAX's own
+``NonConcreteBooleanIndexError``, so it lives with the JAX lowering that raises
+it (`gpubackend.dispatch.jax.subtensor`), and ``gpubackend`` imports it only
+when it is asked for.
 """
 
 from __future__ import annotations
@@ -15,6 +18,22 @@ class DataDependentLengthError(NotImplementedError):
 class ObjectModeFallbackWarning(UserWarning):
     """An optimize op runs scipy in Numba object mode: gpubackend has no native solver for its
     method and options."""
+
+
+class DeviceNotFoundError(RuntimeError):
+    """The requested device does not exist; gpubackend never falls back silently."""
+
+
+class InputDeviceError(ValueError):
+    """An input array lives on a device other than the function's target device."""
+
+
+class UnsupportedMethod(NotImplementedError):
+    """An optimize op names a scipy method gpubackend has no lowering for."""
+
+
+class UnsupportedOption(NotImplementedError):
+    """An optimize op sets an option its method does not take (or a backend cannot honour)."""
 
 
 class ForkAfterJAXWarning(RuntimeWarning):

@@ -21,10 +21,10 @@ import pytest
 import scipy.optimize
 from pytensor.tensor.optimize import RootScalarOp, minimize, minimize_scalar, root, root_scalar
 
-from gpubackend import ObjectModeFallbackWarning
+from gpubackend import ObjectModeFallbackWarning, UnsupportedOption
 from gpubackend.dispatch.jax.optimize_methods import JAX_SOLVERS, ScipyIterations, solver_choice
 from gpubackend.dispatch.numba.optimize_plan import has_native_solver, solver_plan
-from gpubackend.scipy_options import OP_OPTIONS, UnsupportedOption, resolve
+from gpubackend.scipy_options import OP_OPTIONS, resolve
 from tests.jax_lowering_harness import compile_checked
 
 X = pt.vector("x", shape=(4,))

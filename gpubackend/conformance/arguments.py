@@ -16,7 +16,8 @@ from typing import NoReturn
 from gpubackend.conformance.catalogue import CATALOGUE, select_cases
 from gpubackend.conformance.reports import load_report
 from gpubackend.conformance.results import Report
-from gpubackend.devices import DeviceNotFoundError, DeviceSource, resolve_device
+from gpubackend.devices import DeviceSource, resolve_device
+from gpubackend.errors import DeviceNotFoundError
 
 USAGE_ERROR_STATUS = 2
 

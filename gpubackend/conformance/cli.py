@@ -26,7 +26,7 @@ from gpubackend.conformance.reports import (
 )
 from gpubackend.conformance.runner import run_and_report
 from gpubackend.conformance.stock_superset import run_stock_superset_and_report
-from gpubackend.devices import DeviceNotFoundError
+from gpubackend.errors import DeviceNotFoundError
 
 
 def _run_parser() -> argparse.ArgumentParser:

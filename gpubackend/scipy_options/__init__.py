@@ -15,8 +15,6 @@ from gpubackend.scipy_options.budgets import minimize_maxiter, minpack_maxfev
 from gpubackend.scipy_options.methods import OP_OPTIONS, OpOptions, ScipyMethod
 from gpubackend.scipy_options.resolve import (
     ResolvedOptions,
-    UnsupportedMethod,
-    UnsupportedOption,
     op_options,
     refuse_before_scipy,
     resolve,
@@ -28,8 +26,6 @@ __all__ = [
     "OpOptions",
     "ResolvedOptions",
     "ScipyMethod",
-    "UnsupportedMethod",
-    "UnsupportedOption",
     "minimize_maxiter",
     "minpack_maxfev",
     "op_options",

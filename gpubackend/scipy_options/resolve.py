@@ -17,18 +17,11 @@ from typing import Any, NamedTuple
 import numpy as np
 from pytensor.tensor.optimize import ScipyWrapperOp
 
+from gpubackend.errors import UnsupportedMethod, UnsupportedOption
 from gpubackend.scipy_options.methods import OP_OPTIONS, OpOptions, ScipyMethod
 
 # Keyword arguments that change nothing about the answer (printing, history).
 _COSMETIC = frozenset({"disp", "return_all", "iprint"})
-
-
-class UnsupportedMethod(NotImplementedError):
-    """The op names a scipy method gpubackend has no lowering for."""
-
-
-class UnsupportedOption(NotImplementedError):
-    """The op sets an option its method does not take (or a backend cannot honour)."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from pytensor.tensor.optimize import (
     ScipyWrapperOp,
 )
 
-from gpubackend.scipy_options import OP_OPTIONS, UnsupportedMethod, UnsupportedOption, resolve
+from gpubackend.errors import UnsupportedMethod, UnsupportedOption
+from gpubackend.scipy_options import OP_OPTIONS, resolve
 from gpubackend.scipy_options.settings import LineSearchSettings
 
 
