@@ -19,13 +19,11 @@ follows MINPACK's rotations exactly.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import optimistix as optx
 from jax.scipy.linalg import solve_triangular
 
 from gpubackend.dispatch.jax.minpack import (
@@ -102,18 +100,8 @@ def scaled_dogleg(r, diag, qtb, delta):
     return jnp.where(gauss_newton_norm <= delta, gauss_newton, step)
 
 
-class HybridPowell(MinpackRootFinder):
-    """MINPACK's ``hybrj``; ``maxfev`` counts evaluations of the equations, the first included."""
-
-    # mypy reads a default into optimistix's abstract fields: these have none, as in optimistix.
-    xtol: float  # type: ignore[misc]
-    factor: float  # type: ignore[misc]
-    maxfev: int = eqx.field(static=True)  # type: ignore[misc]
-    # optimistix reads these off any root finder; the verdicts above replace them, and a stand-in
-    # inside a manual mesh stops on them (`optimize_lowering`).
-    rtol: float
-    atol: float
-    norm: Callable = optx.max_norm
+class HybridPowell(MinpackRootFinder):  # type: ignore[misc]
+    """MINPACK's ``hybrj``."""
 
     def init(self, fn, y, args, options, f_struct, aux_struct, tags) -> _HybridState:
         f, _ = fn(y, args)

@@ -19,13 +19,11 @@ of the stacked system where MINPACK eliminates the damping by Givens rotations
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import optimistix as optx
 from jax.scipy.linalg import solve_triangular
 
 from gpubackend.dispatch.jax.minpack import (
@@ -38,6 +36,7 @@ from gpubackend.dispatch.jax.minpack import (
     norm,
     pivoted_householder_qr,
 )
+from gpubackend.scipy_options.settings import MINPACK_XTOL
 
 
 class _Factored(eqx.Module):
@@ -155,20 +154,12 @@ def levenberg_marquardt_parameter(factored: _Factored, diag, delta, par):
     return jnp.where(gauss_newton_fits, 0.0, par), x
 
 
-class MinpackLevenbergMarquardt(MinpackRootFinder):
-    """MINPACK's ``lmder``; ``maxfev`` counts evaluations of the equations, the first included."""
+class MinpackLevenbergMarquardt(MinpackRootFinder):  # type: ignore[misc]
+    """MINPACK's ``lmder``."""
 
-    # mypy reads a default into optimistix's abstract fields: these have none, as in optimistix.
-    xtol: float  # type: ignore[misc]
-    ftol: float  # type: ignore[misc]
-    gtol: float  # type: ignore[misc]
-    factor: float  # type: ignore[misc]
-    maxfev: int = eqx.field(static=True)  # type: ignore[misc]
-    # optimistix reads these off any root finder; the verdicts above replace them, and a stand-in
-    # inside a manual mesh stops on them (`optimize_lowering`).
-    rtol: float
-    atol: float
-    norm: Callable = optx.max_norm
+    # scipy's defaults.
+    ftol: float = MINPACK_XTOL
+    gtol: float = 0.0
 
     def init(self, fn, y, args, options, f_struct, aux_struct, tags) -> _LMState:
         f, _ = fn(y, args)

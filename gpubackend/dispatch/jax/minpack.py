@@ -10,6 +10,9 @@ Gauss-Newton step (a zero column goes last), as in scipy's ``lm``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optimistix as optx
@@ -32,7 +35,21 @@ def initial_scaling(column_norms, y, factor: float):
 
 
 class MinpackRootFinder(optx.AbstractRootFinder):
-    """An optimistix root finder whose state carries a MINPACK status (`RUNNING`, ...)."""
+    """An optimistix root finder whose state carries a MINPACK status (`RUNNING`, ...).
+
+    ``maxfev`` counts evaluations of the equations, the first included; the first trust region is
+    ``factor`` times the scaled start's norm.
+    """
+
+    # mypy reads a default into optimistix's abstract fields: these have none, as in optimistix.
+    xtol: float  # type: ignore[misc]
+    factor: float  # type: ignore[misc]
+    maxfev: int = eqx.field(static=True)  # type: ignore[misc]
+    # optimistix reads these off any root finder; the verdicts above replace them, and a stand-in
+    # inside a manual mesh stops on them (`optimize_lowering`).
+    rtol: float
+    atol: float
+    norm: Callable = optx.max_norm
 
     def jacobian(self, fn, y, args):
         return jax.jacfwd(lambda x: fn(x, args)[0])(y)
