@@ -46,6 +46,7 @@ from gpubackend.dispatch.jax.optimize_methods import (
 )
 from gpubackend.dispatch.jax.while_scan.index_checks import (
     check_objective_at,
+    index_checked_nodes,
     objective_index_conditions,
 )
 from gpubackend.scipy_options import scipy_method
@@ -71,7 +72,10 @@ def _objective(op: ScipyWrapperOp, kwargs: dict) -> tuple[Objective, IndexCheck]
         with objective_index_conditions(op.fgraph, None):
             return evaluated(y, args)
 
-    if not lowering_context(kwargs).inner_index_checks:
+    # Evaluated again at the solution only where the objective itself indexes at run time.
+    if not (
+        lowering_context(kwargs).inner_index_checks and index_checked_nodes(op.fgraph.toposort())
+    ):
         return objective, lambda value, args: None
 
     def check_indices_at(value, args) -> None:
