@@ -47,7 +47,7 @@ def specialised_on_step_counts(fn: Function) -> bool:
     Only a graph whose trace reaches an op with no rule for a run-time length
     is (README, "Cost model of while-Scans under JAX"); False for other modes.
     """
-    from gpubackend.dispatch.jax.while_scan.host import HostReadingFunction
+    from gpubackend.host_reads import HostReadingFunction
 
     jit_fn = getattr(fn.vm, "jit_fn", None)
     jit_fn = getattr(jit_fn, "__wrapped__", jit_fn)  # under outputs="numpy", the call it wraps

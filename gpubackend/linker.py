@@ -11,11 +11,12 @@ from pytensor.link.jax.linker import JAXLinker
 from pytensor.tensor.random.type import RandomType
 
 from gpubackend.devices import DeviceSpec, check_device_spec, device_name, resolve_device
-from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, LoweringContext, ReadBack
+from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, LoweringContext
 from gpubackend.registration import Lowerings, using_lowerings
 
 if TYPE_CHECKING:
-    from gpubackend.placement import DevicesSpec, ShardSpec
+    from gpubackend.host_reads import LoweredGraph
+    from gpubackend.placement import DevicesSpec, Placement, ShardSpec
 
 OutputKind = Literal["device", "numpy"]
 """What a JAX_GPU call returns: ``jax.Array``s on the device, or numpy (README, "Where data lives
@@ -65,9 +66,16 @@ class DispatchingJAXLinker(JAXLinker):
             return super().fgraph_convert(fgraph, **kwargs, **{CONTEXT_KEYWORD: context})
 
 
-_LINK_STATE = ("placement", "read_back", "shared_generator_cells", "inner_index_checks")
-"""What `JAXGPULinker` makes when it links a graph (`make_all`, `lowering_context`,
-`fgraph_convert`), left out when it is pickled: linking again makes it anew."""
+_LINK_STATE = ("placement", "shared_generator_cells", "inner_index_checks")
+"""What `JAXGPULinker` makes when it links a graph (`make_all`, `fgraph_convert`), None until then
+and reset to None when it is pickled: linking again makes it anew."""
+
+
+def _linked[T](value: T | None) -> T:
+    """A member of `_LINK_STATE`, which linking sets before anything reads it."""
+    if value is None:
+        raise RuntimeError("JAXGPULinker's link state was read before make_all linked a graph.")
+    return value
 
 
 class JAXGPULinker(DispatchingJAXLinker):
@@ -92,8 +100,10 @@ class JAXGPULinker(DispatchingJAXLinker):
       as numpy, copied to the host once per call (updates stay on the device);
     - an output whose length is a while-Scan's step count gets it, and a
       run-time check raises the reference's error: the call reads what only
-      the data settle in one explicit read (`HostReadingFunction`); a
-      while-Scan graph with nothing to read makes none.
+      the data settle in one explicit read (`gpubackend.host_reads`); a
+      while-Scan graph with nothing to read makes none. Its lowering says how:
+      the graph lowers to a `LoweredGraph` (`fgraph_convert`), which
+      `jit_compile` compiles.
     """
 
     def __init__(
@@ -125,13 +135,22 @@ class JAXGPULinker(DispatchingJAXLinker):
         self.shard = dict(shard or {})
         self.outputs = outputs
         self.matmul_precision = matmul_precision
+        # Made when a graph is linked (`_LINK_STATE`).
+        self.placement: Placement | None = None
+        """The device or mesh the graph runs on, resolved by `make_all`."""
+        self.shared_generator_cells: dict[int, list] | None = None
+        """The storage cell of each shared random generator input, by position
+        (`fgraph_convert`)."""
+        self.inner_index_checks: bool | None = None
+        """Whether inner graphs check run-time indices (`fgraph_convert`): their lowering emits the
+        checks, and `jit_compile` reads them back."""
         super().__init__("gpubackend", **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
         """What a pickled function needs to link again (PyTensor pickles a ``Function`` with its
         maker and links anew when it is loaded, as PyMC's multiprocess sampling does): devices
         by name, since a ``jax.Device`` does not pickle, and none of what linking made."""
-        state = {key: value for key, value in self.__dict__.items() if key not in _LINK_STATE}
+        state = self.__dict__ | dict.fromkeys(_LINK_STATE)
         if self.device_spec is not None:
             state["device_spec"] = device_name(self.device_spec)
         if self.devices_spec is not None and not isinstance(self.devices_spec, str):
@@ -209,35 +228,36 @@ class JAXGPULinker(DispatchingJAXLinker):
         if position in self.scalar_shape_inputs and not is_shared:
             container_type: StaticShapeInput | DeviceResidentInput = StaticShapeInput(variable.type)
         elif hasattr(variable.type, "dtype") and not is_shared:
+            placement = _linked(self.placement)
             container_type = DeviceResidentInput(
                 variable.type,
                 variable.name,
                 position,
-                self.placement.input_shardings[position],
-                self.placement.split_axes[position],
-                self.placement.description,
+                placement.input_shardings[position],
+                placement.split_axes[position],
+                placement.description,
             )
         else:
             return container
         return Container(container_type, container.storage, name=variable.name)
 
     def lowering_context(self) -> LoweringContext:
-        # Where the graph's lowering says how to call its function (`jit_compile` reads it).
-        self.read_back = ReadBack()
-        # The jitted graph serves PyTensor's calls only: JAX never differentiates it.
-        on_cpu = self.placement.platform == "cpu"
+        # The graph lowers to its function and how the call reads back (`fgraph_convert`). The
+        # jitted graph serves PyTensor's calls only: JAX never differentiates it.
+        on_cpu = _linked(self.placement).platform == "cpu"
         return LoweringContext(
-            read_back=self.read_back,
+            reads_back=True,
             jax_differentiable=False,
             split_ladder=on_cpu,
-            inner_index_checks=self.inner_index_checks,
+            inner_index_checks=_linked(self.inner_index_checks),
         )
 
-    def fgraph_convert(self, fgraph, **kwargs):
-        from gpubackend.dispatch.jax.while_scan.index_checks import inner_graphs_index
+    def fgraph_convert(self, fgraph, **kwargs) -> LoweredGraph:
+        """The graph's `LoweredGraph`: PyTensor's conversion returns what ``jax_funcify`` gives the
+        graph, which under this linker's context (`LoweringContext.reads_back`) is the graph's
+        function with how to call it (`dispatch.jax.fgraph.lowered_graph`)."""
+        from gpubackend.dispatch.jax.index_checks import inner_graphs_index
 
-        # Whether inner graphs check run-time indices: their lowering emits the checks, and
-        # `jit_compile` reads them back.
         self.inner_index_checks = inner_graphs_index(fgraph.toposort())
         # PyTensor's conversion swaps each shared generator for a copy, dropping the shared
         # variable's own storage cell: kept here, by position, for `FollowedGeneratorCell`.
@@ -258,11 +278,12 @@ class JAXGPULinker(DispatchingJAXLinker):
         from gpubackend.placement import input_label
 
         thunk_inputs = super().create_thunk_inputs(storage_map)
-        placement = self.placement
+        placement = _linked(self.placement)
+        generator_cells = _linked(self.shared_generator_cells)
 
         def cell_for(position: int, variable, cell: list):
-            if position in self.shared_generator_cells:
-                return FollowedGeneratorCell(cell, self.shared_generator_cells[position])
+            if position in generator_cells:
+                return FollowedGeneratorCell(cell, generator_cells[position])
             if not self._is_shared_array(variable):
                 return cell
             if position in self.scalar_shape_inputs:
@@ -285,12 +306,15 @@ class JAXGPULinker(DispatchingJAXLinker):
     def _is_shared_array(variable) -> bool:
         return isinstance(variable, SharedVariable) and hasattr(variable.type, "dtype")
 
-    def jit_compile(self, fn):
+    def jit_compile(self, lowered: LoweredGraph):
         import jax
 
-        from gpubackend.dispatch.jax.while_scan.index_checks import checkified, raise_checked
+        from gpubackend.dispatch.jax.index_checks import checkified
+        from gpubackend.host_reads import raise_checked
 
-        input_shardings = self.placement.input_shardings
+        placement = _linked(self.placement)
+        input_shardings = placement.input_shardings
+        inner_index_checks = _linked(self.inner_index_checks)
         # One wrapper per graph function: jit caches compiled code per function object, and the
         # two first rungs of a while-Scan ladder jit the same graph (see `_jit_graph`).
         at_precision = functools.cache(self._at_matmul_precision)
@@ -315,12 +339,12 @@ class JAXGPULinker(DispatchingJAXLinker):
                     if position + leading not in static_argnums
                 )
             prepared = at_precision(graph_fn)
-            if not self.inner_index_checks:
+            if not inner_index_checks:
                 return jax.jit(
                     prepared,
                     static_argnums=static_argnums,
                     donate_argnums=donate_argnums,
-                    out_shardings=self.placement.output_sharding,
+                    out_shardings=placement.output_sharding,
                     **placed,
                 )
             # Nothing donated: where a check fails the reference applies no update, so the shared
@@ -329,13 +353,13 @@ class JAXGPULinker(DispatchingJAXLinker):
                 jax.jit(
                     functionalized(prepared, static_argnums),
                     static_argnums=static_argnums,
-                    out_shardings=(None, self.placement.output_sharding),
+                    out_shardings=(None, placement.output_sharding),
                     **placed,
                 ),
-                on_host_platform=self.placement.platform == "cpu",
+                on_host_platform=placement.platform == "cpu",
             )
 
-        return self._outputs_to_host(self._jit_graph(fn, jitted))
+        return self._outputs_to_host(self._jit_graph(lowered, jitted))
 
     def _at_matmul_precision(self, graph_fn):
         """``graph_fn`` traced at this linker's matrix-product precision, whatever the caller's
@@ -352,12 +376,12 @@ class JAXGPULinker(DispatchingJAXLinker):
 
         return traced_at_precision
 
-    def _jit_graph(self, fn, jitted):
-        from gpubackend.dispatch.jax.while_scan.host import HostReadingFunction, SplitLadder
+    def _jit_graph(self, lowered: LoweredGraph, jitted):
+        from gpubackend.host_reads import HostReadingFunction, SplitLadder
 
         shared_updates = set(self.fgraph.update_mapping.values())
         updated = tuple(sorted(shared_updates - set(self.scalar_shape_inputs)))
-        plan = self.read_back.plan
+        fn, plan = lowered
         if plan is None:
             # The graph's plain function: nothing to read back.
             return jitted(fn, self.scalar_shape_inputs, updated)
@@ -367,7 +391,7 @@ class JAXGPULinker(DispatchingJAXLinker):
         # the shared variables must keep their buffers.
         static = (0, *_shifted(self.scalar_shape_inputs, 1))
         donated = () if plan.n_specialised or plan.checks else _shifted(updated, 1)
-        on_host_platform = self.placement.platform == "cpu"
+        on_host_platform = _linked(self.placement).platform == "cpu"
         if plan.continuation is None:
             return HostReadingFunction(
                 jitted(fn, static, donated, leading=1), plan, on_host_platform=on_host_platform
@@ -399,7 +423,7 @@ class JAXGPULinker(DispatchingJAXLinker):
         if not returned:
             return call
         # On the host platform np.asarray is a view of the buffer: nothing to start early.
-        start_copies = self.placement.platform != "cpu" and len(returned) > 1
+        start_copies = _linked(self.placement).platform != "cpu" and len(returned) > 1
 
         if not updates and not start_copies:
 

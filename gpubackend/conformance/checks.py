@@ -184,7 +184,7 @@ def count_host_reads(fn: Function, inputs: Sequence, device: jax.Device) -> Host
     """Call ``fn`` once under transfer guards, counting its reads from the device.
 
     Explicit reads are the calls to ``jax.device_get`` and to the backend's
-    read, `host.read_back` (a numpy view on the host platform). Implicit ones
+    read, `host_reads.read_back` (a numpy view on the host platform). Implicit ones
     (``np.asarray``, ``int()``, ``bool()`` of a device array) are refused by
     JAX's device-to-host guard on accelerators, which stops the call: that
     refusal is reported as the implicit read. The guard does not see them on
@@ -235,11 +235,11 @@ _DEVICE_TO_HOST_REFUSAL = "Disallowed device-to-host transfer"
 @contextmanager
 def _counting_device_gets() -> Iterator[list[int]]:
     """Count explicit reads while the block runs: calls of ``jax.device_get``, and of the backend's
-    one read per run, `host.read_back` (which reads without ``jax.device_get`` on the host
+    one read per run, `host_reads.read_back` (which reads without ``jax.device_get`` on the host
     platform, and counts once where it calls it)."""
-    from gpubackend.dispatch.jax.while_scan import host
+    from gpubackend import host_reads
 
-    original_device_get, original_read_back = jax.device_get, host.read_back
+    original_device_get, original_read_back = jax.device_get, host_reads.read_back
     count = [0]
 
     def counted_device_get(tree):
@@ -250,11 +250,11 @@ def _counting_device_gets() -> Iterator[list[int]]:
         count[0] += 1
         return original_read_back(values, on_host_platform)
 
-    jax.device_get, host.read_back = counted_device_get, counted_read_back
+    jax.device_get, host_reads.read_back = counted_device_get, counted_read_back
     try:
         yield count
     finally:
-        jax.device_get, host.read_back = original_device_get, original_read_back
+        jax.device_get, host_reads.read_back = original_device_get, original_read_back
 
 
 # The wait must dwarf a call's own dispatch time, also on a loaded machine.

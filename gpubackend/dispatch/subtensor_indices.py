@@ -1,5 +1,5 @@
 """Which inputs of an indexing node are integer indices, and which axis of the indexed array each
-one indexes: what the bounds checks of both backends read (JAX's `while_scan.index_checks`,
+one indexes: what the bounds checks of both backends read (JAX's `index_checks`,
 Numba's `numba.subtensor`). Imports neither backend."""
 
 from __future__ import annotations

@@ -20,9 +20,13 @@ selections it reads feed nothing else.
 
 A graph with a while-Scan whose trace PyTensor may trim to the steps taken is
 lowered by `while_scan` after the plan it makes for the graph: bounded traces
-with their checks, or for a linker that reads back (JAX_GPU), step counts. It
-is always lowered to a function; for such a linker, what the call reads back is
-recorded on the linker's `LoweringContext` (`while_scan.graph`).
+with their checks, or for a linker that reads back (JAX_GPU), step counts.
+`lowered_graph` gives the graph's function and how the call reads back
+(`gpubackend.host_reads.LoweredGraph`): ``jax_funcify`` of a FunctionGraph
+returns that whole only at the top of a linker that reads back
+(`LoweringContext.reads_back`), whose ``fgraph_convert`` reaches it through
+PyTensor's; every other graph, nested or under a stock linker, is lowered to its
+plain function.
 
 At the top of a stock linker's lowering it starts the `LoweringContext` that
 every lowering below shares (with a linker's own, it is given one). It
@@ -48,15 +52,16 @@ from pytensor.link.jax.dispatch.basic import jax_funcify, jax_typify
 from pytensor.link.utils import fgraph_to_python
 
 from gpubackend.dispatch.jax.boolean_masks import shape_keeping_lowerings
+from gpubackend.dispatch.jax.index_checks import (
+    checkified_indexing,
+    index_checked_nodes,
+)
 from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, lowering_context
 from gpubackend.dispatch.jax.replacements import replaces
 from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.dispatch.jax.while_scan.graph import lowered_while_scan_graph
-from gpubackend.dispatch.jax.while_scan.index_checks import (
-    checkified_indexing,
-    index_checked_nodes,
-)
 from gpubackend.dispatch.jax.while_scan.plan import plan_graph
+from gpubackend.host_reads import LoweredGraph
 
 _SHAPE_DTYPE_KINDS = frozenset("iub")
 
@@ -146,8 +151,15 @@ def _funcify_node(
 @replaces(FunctionGraph, FrozenFunctionGraph)
 def jax_funcify_FunctionGraph(
     fgraph, node=None, fgraph_name: str = "jax_funcified_fgraph", **kwargs: Any
-) -> Callable:
-    """The graph's function; for a linker that reads back, how to call it goes on its context."""
+) -> Callable | LoweredGraph:
+    """The graph's function; at the top of a linker that reads back, its `LoweredGraph`."""
+    context = lowering_context(kwargs)
+    lowered = lowered_graph(fgraph, fgraph_name, **kwargs)
+    return lowered if context.reads_back else lowered.fn
+
+
+def lowered_graph(fgraph, fgraph_name: str, **kwargs: Any) -> LoweredGraph:
+    """The graph's function, and for a linker that reads back how to call it."""
     context = lowering_context(kwargs)
     squeezed = kwargs.get("squeeze_output", False) and len(fgraph.outputs) == 1
     # Every lowering below this graph lowers an inner graph: none of them is read back.
@@ -158,7 +170,7 @@ def jax_funcify_FunctionGraph(
     if kwargs.get("order") is None:
         kwargs["order"] = fgraph.toposort()
     order = kwargs["order"]
-    plan = plan_graph(fgraph, order, index_checks=context.read_back is not None, **node_kwargs)
+    plan = plan_graph(fgraph, order, index_checks=context.reads_back, **node_kwargs)
     graph_lowerings = shape_keeping_lowerings(fgraph)
     if plan is None:
         graph_fn = fgraph_to_python(
@@ -168,7 +180,7 @@ def jax_funcify_FunctionGraph(
             fgraph_name=fgraph_name,
             **kwargs,
         )
-        return _with_graph_dtypes(graph_fn, fgraph.outputs, squeezed)
+        return LoweredGraph(_with_graph_dtypes(graph_fn, fgraph.outputs, squeezed))
 
     def default_fn(node: Apply) -> Callable:
         return _funcify_node(

@@ -36,6 +36,11 @@ from gpubackend.dispatch.jax import damped_newton
 from gpubackend.dispatch.jax.bracket import expand_bracket
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.implicit import implicitly_differentiated, varying_like
+from gpubackend.dispatch.jax.index_checks import (
+    check_objective_at,
+    index_checked_nodes,
+    objective_index_conditions,
+)
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
 from gpubackend.dispatch.jax.lowering_context import lowering_context
 from gpubackend.dispatch.jax.optimize_methods import (
@@ -43,11 +48,6 @@ from gpubackend.dispatch.jax.optimize_methods import (
     SolverChoice,
     solver_choice,
     solver_for_size,
-)
-from gpubackend.dispatch.jax.while_scan.index_checks import (
-    check_objective_at,
-    index_checked_nodes,
-    objective_index_conditions,
 )
 from gpubackend.scipy_options import scipy_method
 

@@ -18,9 +18,9 @@ from collections.abc import Callable
 import numpy as np
 from pytensor.scan.op import Scan
 
+from gpubackend.dispatch.jax.index_checks import sequence_ranges
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 from gpubackend.dispatch.jax.tracing import is_traced
-from gpubackend.dispatch.jax.while_scan.index_checks import sequence_ranges
 from gpubackend.dispatch.jax.while_scan.loop import possibly_trimmed_traces, scan_loop
 from gpubackend.dispatch.jax.while_scan.traces import untrimmed_outputs
 from gpubackend.errors import DataDependentLengthError

@@ -11,7 +11,7 @@ costs:
 
 - the JAX_GPU linker returns it beside the outputs and reads it in the one
   explicit read the call makes anyway, then raises the reference's error type
-  (`raise_failure`);
+  (`gpubackend.host_reads.raise_failure`);
 - every other caller (stock ``mode="JAX"``, ``get_jaxified_graph``, inner
   graphs) gets it checked inside the computation by Equinox's
   ``branched_error_if``, a host callback: the call then waits for the device, and
@@ -74,13 +74,6 @@ def first_failure(oks: Sequence) -> Any:
         if oks[index] is not True:
             code = jnp.where(oks[index], code, jnp.int32(index + 1))
     return code
-
-
-def raise_failure(code: int, checks: Sequence[RuntimeCheck]) -> None:
-    """On the host, raise the reference's error for a code read from the device."""
-    if code:
-        check = checks[code - 1]
-        raise check.error(check.message)
 
 
 class CheckFailedInComputation(Exception):

@@ -5,13 +5,13 @@ Given the graph's plan (`plan`) and the `LoweringContext`:
 
 - a linker that reads back (JAX_GPU's top graph) gets, whatever the plan, a
   function that takes the assumed step counts first and returns what the call
-  reads beside the outputs, and finds how to call it (`HostReadPlan`) on the
-  context it gave: traces stay bounded and the call reads lengths and the error
-  code only where the graph has them, or, for a graph that needs exact lengths,
-  the graph is specialised on its step counts;
-- any other caller gets a function of static-shape outputs, whose run-time
-  checks run inside the computation, or a `DataDependentLengthError` that says
-  what to do on its path.
+  reads beside the outputs, with how to call it (`HostReadPlan`), both in the
+  `LoweredGraph` returned: traces stay bounded and the call reads lengths and
+  the error code only where the graph has them, or, for a graph that needs
+  exact lengths, the graph is specialised on its step counts;
+- any other caller gets a function of static-shape outputs (a `LoweredGraph`
+  with no plan), whose run-time checks run inside the computation, or a
+  `DataDependentLengthError` that says what to do on its path.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from pytensor.graph.basic import Apply
 
 from gpubackend.dispatch.jax.lowering_context import LoweringContext
 from gpubackend.dispatch.jax.while_scan.checks import raise_in_graph
-from gpubackend.dispatch.jax.while_scan.host import HostReadPlan, HostReads
 from gpubackend.dispatch.jax.while_scan.interpreter import bounded_graph, step_counted_graph
 from gpubackend.dispatch.jax.while_scan.plan import BoundedPlan, ExactLengthsNeeded
 from gpubackend.dispatch.jax.while_scan.refusals import no_length_rule, run_time_length_output
 from gpubackend.dispatch.jax.while_scan.values import Bounded, known_value
+from gpubackend.host_reads import HostReadPlan, HostReads, LoweredGraph
 
 
 def lowered_while_scan_graph(
@@ -39,11 +39,10 @@ def lowered_while_scan_graph(
     constant: Callable,
     typed: Callable[[list], list],
     **node_kwargs,
-) -> Callable:
+) -> LoweredGraph:
     """``typed`` gives the plain outputs their graph dtypes."""
-    read_back = context.read_back
     if isinstance(plan, ExactLengthsNeeded):
-        if read_back is None:
+        if not context.reads_back:
             raise no_length_rule(plan.nodes[0].op, plan.consumer, plan.reason, context)
         counted = step_counted_graph(fgraph, order, plan, default_fn, constant, **node_kwargs)
 
@@ -51,10 +50,9 @@ def lowered_while_scan_graph(
             outputs, counts, error_code = counted(step_counts, *inputs)
             return typed(outputs), HostReads(error_code=error_code, step_counts=counts)
 
-        read_back.plan = HostReadPlan(plan.checks, n_specialised=len(plan.nodes))
-        return specialised
+        return LoweredGraph(specialised, HostReadPlan(plan.checks, n_specialised=len(plan.nodes)))
     graph = bounded_graph(fgraph, order, plan, default_fn, constant)
-    if read_back is not None:
+    if context.reads_back:
         positions = tuple(
             position
             for position, output in enumerate(fgraph.outputs)
@@ -68,8 +66,10 @@ def lowered_while_scan_graph(
 
         # A graph without a while-Scan (only index checks) has no ladder to split.
         if not context.split_ladder or not plan.while_scans:
-            read_back.plan = HostReadPlan(plan.checks, positions)
-            return lambda step_counts, *inputs: returned(*graph.whole(*inputs)[:2])
+            return LoweredGraph(
+                lambda step_counts, *inputs: returned(*graph.whole(*inputs)[:2]),
+                HostReadPlan(plan.checks, positions),
+            )
 
         def lower_rungs(step_counts: tuple, *inputs):
             outputs, error_code, overflow = graph.lower(*inputs)
@@ -80,8 +80,9 @@ def lowered_while_scan_graph(
                 overflow, lambda: returned(*graph.higher(*inputs)[:2]), lambda: (outputs, reads)
             )
 
-        read_back.plan = HostReadPlan(plan.checks, positions, continuation=higher_rungs)
-        return lower_rungs
+        return LoweredGraph(
+            lower_rungs, HostReadPlan(plan.checks, positions, continuation=higher_rungs)
+        )
     run_time_lengths = set(plan.run_time_lengths)
 
     def statically_cut(value, output):
@@ -102,4 +103,4 @@ def lowered_while_scan_graph(
         ]
         return typed(raise_in_graph(outputs, error_code, plan.checks))
 
-    return checked
+    return LoweredGraph(checked)

@@ -9,6 +9,10 @@ run-time check, unless the bounds prove it in range (``xs[-1]`` of a trace
 with at least one entry). Slices never raise: they clip to the length, as
 Python's do, and their step may be known only at run time (then a zero step is
 the check).
+
+For a linker that reads back, the top graph checks every integer index known
+only at run time the same way, trace of run-time length or not
+(`checked_indexing`, after `index_checks`).
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+from pytensor.graph.basic import Apply
 from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, indices_from_subtensor
 
+from gpubackend.dispatch.jax.index_checks import index_in_range, run_time_indices
 from gpubackend.dispatch.jax.while_scan.arrays import same_length
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
@@ -38,6 +44,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     value_of,
     with_capacity,
 )
+from gpubackend.dispatch.subtensor_indices import out_of_bounds_message
 
 # How many lengths a slice's entry count is worked out for, to bound it exactly (it need not be
 # monotone).
@@ -379,3 +386,23 @@ def _per_position(y, capacity: int, target_shape: tuple[int, ...]):
     if y.ndim < len(target_shape) or y.shape[0] == 1:
         return jnp.broadcast_to(y, target_shape)
     return with_capacity(y, capacity)
+
+
+def checked_indexing(op, node: Apply, **kwargs) -> BoundedLowering:
+    """The op's lowering, with one check per integer index that is not a constant (the top graph's
+    index checks, for a linker that reads back: `index_checks`)."""
+    fn = jax_funcify(op, node=node, **kwargs)
+    checked = run_time_indices(node)
+    checks = tuple(
+        RuntimeCheck(IndexError, out_of_bounds_message(op, axis, node.inputs[0]))
+        for axis, _ in checked
+    )
+
+    def indexing(*inputs):
+        shape = jnp.shape(inputs[0])
+        oks = tuple(
+            index_in_range(inputs[position], shape[axis], axis) for axis, position in checked
+        )
+        return NodeResult(fn(*inputs), oks)
+
+    return BoundedLowering(indexing, (None,), checks)

@@ -158,7 +158,7 @@ def specialised_scan(op: Scan, node, **kwargs) -> Callable:
     The returned function takes ``assumed_steps`` (None: the bound) and returns
     the outputs, the steps actually taken, and whether they match the
     assumption; a caller that gets a mismatch runs it again with the actual
-    count (`host.HostReadingFunction`).
+    count (`gpubackend.host_reads.HostReadingFunction`).
     """
     trimmable = possibly_trimmed_traces(op, node)
     run = scan_loop(op, [False] * len(trimmable), **kwargs)

@@ -1,5 +1,5 @@
-"""Index bounds as the reference checks them, for JAX_GPU's top graph: integer positions that are
-out of range raise ``IndexError`` instead of being clamped.
+"""Index bounds as the reference checks them, for JAX_GPU's graphs, top and inner: integer
+positions that are out of range raise ``IndexError`` instead of being clamped.
 
 NumPy, PyTensor's C and Python code and Numba raise ``IndexError`` for an
 integer index (a scalar or an integer array, in ``Subtensor``,
@@ -11,20 +11,21 @@ checked while tracing.
 A position known while tracing (a constant, or integer arithmetic that
 `fgraph` evaluates at trace time: ``arange`` of a length, a length minus one)
 is checked then and costs nothing at run time; one out of range raises the
-reference's message while the call traces. A position known only at run time
-becomes a run-time check (`checks`): its condition is computed in the
-computation and read back in the call's one read (`host`). Only a linker that
-reads back asks for these checks (`plan.plan_graph`): stock ``mode="JAX"``
-keeps JAX's semantics, as a check there would cost a host callback.
+reference's message while the call traces. In the top graph, a position known
+only at run time becomes a run-time check (`while_scan.indexing.checked_indexing`):
+its condition is computed in the computation and read back in the call's one
+read (`gpubackend.host_reads`). Only a linker that reads back asks for these
+checks (`while_scan.plan.plan_graph`): stock ``mode="JAX"`` keeps JAX's
+semantics, as a check there would cost a host callback.
 
 Inside the inner graphs of Scans and OpFromGraphs (a Scan's body runs once per
 step, inside ``lax.scan``), a condition cannot reach the top graph's read as a
 value: there the check is ``checkify.check`` (`checkified_indexing`), and the
 linker functionalizes the whole computation with ``jax.experimental.checkify``
 (`checkified`), which carries the first failure out of every loop and branch
-as a value the call reads (`raise_checked`). Only functions whose Scans,
-OpFromGraphs or optimize ops index at run-time positions do this
-(`inner_graphs_index`).
+as a value the call reads (`gpubackend.host_reads.raise_checked`). Only
+functions whose Scans, OpFromGraphs or optimize ops index at run-time positions
+do this (`inner_graphs_index`).
 
 An optimize op's objective runs inside the solver's loops (optimistix's, with
 their own error handling), which are left as they are: its indices are checked
@@ -48,7 +49,6 @@ import numpy as np
 from jax.experimental import checkify
 from pytensor.compile.builders import OpFromGraph
 from pytensor.graph.basic import Apply, Constant, Variable
-from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.scan.op import Scan
 from pytensor.tensor.basic import ScalarFromTensor, TensorFromScalar
 from pytensor.tensor.optimize import ScipyWrapperOp
@@ -60,26 +60,26 @@ from pytensor.tensor.subtensor import (
 )
 
 from gpubackend.dispatch.jax.tracing import is_traced
-from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
-from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering
 from gpubackend.dispatch.subtensor_indices import integer_indices, out_of_bounds_message
 
 _INDEXING_OPS = (Subtensor, IncSubtensor, AdvancedSubtensor, AdvancedIncSubtensor)
 
 
+def run_time_indices(node: Apply) -> list[tuple[int, int]]:
+    """``(axis, input position)`` of each integer index of ``node`` that is not a constant."""
+    return [
+        (axis, position)
+        for axis, position in integer_indices(node)
+        if not isinstance(node.inputs[position], Constant)
+    ]
+
+
 def index_checked_nodes(order: Sequence[Apply]) -> set[Apply]:
     """The indexing nodes with an integer index that is not a constant."""
-    return {
-        node
-        for node in order
-        if isinstance(node.op, _INDEXING_OPS)
-        and any(
-            not isinstance(node.inputs[position], Constant) for _, position in integer_indices(node)
-        )
-    }
+    return {node for node in order if isinstance(node.op, _INDEXING_OPS) and run_time_indices(node)}
 
 
-def _in_range(index, size: int, axis: int) -> Any:
+def index_in_range(index, size: int, axis: int) -> Any:
     """True where ``-size <= index < size`` holds while tracing, else the traced condition; a
     concrete index out of range raises the reference's error now."""
     if is_traced(index):
@@ -95,27 +95,6 @@ def _in_range(index, size: int, axis: int) -> Any:
             f"index {values[outside].flat[0]} is out of bounds for axis {axis} with size {size}"
         )
     return True
-
-
-def checked_indexing(op, node: Apply, **kwargs) -> BoundedLowering:
-    """The op's lowering, with one check per integer index that is not a constant."""
-    fn = jax_funcify(op, node=node, **kwargs)
-    checked = [
-        (axis, position)
-        for axis, position in integer_indices(node)
-        if not isinstance(node.inputs[position], Constant)
-    ]
-    checks = tuple(
-        RuntimeCheck(IndexError, out_of_bounds_message(op, axis, node.inputs[0]))
-        for axis, _ in checked
-    )
-
-    def indexing(*inputs):
-        shape = jnp.shape(inputs[0])
-        oks = tuple(_in_range(inputs[position], shape[axis], axis) for axis, position in checked)
-        return NodeResult(fn(*inputs), oks)
-
-    return BoundedLowering(indexing, (None,), checks)
 
 
 def inner_graphs_index(order: Sequence[Apply]) -> bool:
@@ -179,8 +158,7 @@ def checkified_indexing(fn: Callable, node: Apply, fgraph) -> Callable:
     """
     checked = [
         (axis, position, _origin(node.inputs[position], fgraph.inputs))
-        for axis, position in integer_indices(node)
-        if not isinstance(node.inputs[position], Constant)
+        for axis, position in run_time_indices(node)
     ]
     # checkify formats its message: the op's braces are literal.
     messages = [
@@ -196,7 +174,7 @@ def checkified_indexing(fn: Callable, node: Apply, fgraph) -> Callable:
             known = ranges.get((fgraph, origin)) if origin is not None else None
             if known is not None and -size <= known[0] and known[1] < size:
                 continue
-            ok = _in_range(inputs[position], size, axis)
+            ok = index_in_range(inputs[position], size, axis)
             if ok is True:
                 continue
             objective = _OBJECTIVE_CONDITIONS.get()
@@ -286,22 +264,3 @@ def checkified(graph_fn: Callable, static_argnums: Sequence[int]) -> Callable:
         )
 
     return run
-
-
-def raise_checked(call: Callable, on_host_platform: bool) -> Callable:
-    """``call`` (a `checkified` computation) returning its outputs after reading its error: the
-    reference's ``IndexError`` where a check failed."""
-    from gpubackend.dispatch.jax.while_scan import host
-
-    def read_then_return(*args):
-        error, outputs = call(*args)
-        # Where every check was proven while tracing there is no error to read.
-        if error is None:
-            return outputs
-        # Else one explicit read of its few flags and codes.
-        failure = host.read_back(error, on_host_platform).get()
-        if failure is not None:
-            raise IndexError(failure.removesuffix(" (`check` failed)"))
-        return outputs
-
-    return read_then_return

@@ -1,18 +1,19 @@
-"""JAX_GPU's side of a while-Scan graph: the one explicit read per call that lengths, checks and
-step counts need.
+"""JAX_GPU's calls that read back: one explicit read per call, of what only the data settle.
 
-A linker that owns the call (`LoweringContext.read_back`) gets, for a whole
-graph with something to read, the function ``fn(step_counts, *inputs) ->
-(outputs, HostReads)``, with ``step_counts`` a static argument (the counts
-assumed for the while-Scans specialised on theirs, empty otherwise), and the
-`HostReadPlan` saying how to call it, recorded on its context.
-`HostReadingFunction` calls the jitted function and:
+The JAX_GPU linker's lowering of its graph is a `LoweredGraph`
+(`dispatch.jax.fgraph.lowered_graph`): the graph's function, and, where a call
+has something to read (the lengths of outputs of run-time length, the error code
+of run-time checks, the step counts of while-Scans specialised on them), the
+`HostReadPlan` saying how to call it: ``fn(step_counts, *inputs) -> (outputs,
+HostReads)``, with ``step_counts`` a static argument (the counts assumed for the
+while-Scans specialised on theirs, empty otherwise). `HostReadingFunction`
+calls the jitted function and:
 
 - returns at once when there is nothing to read (``HostReads`` empty: every
   output of static shape, every check proven), so the call stays asynchronous;
 - runs it as two computations where the linker asks for that
   (`LoweringContext.split_ladder`), dispatched one after the other with no
-  read between them;
+  read between them (`SplitLadder`);
 - otherwise reads everything in one read (`read_back`): the lengths of the
   outputs of run-time length (each is then cut to its length on the device),
   the error code of the run-time checks (raising the reference's error type),
@@ -21,20 +22,27 @@ assumed for the while-Scans specialised on theirs, empty otherwise), and the
   they match (chained while-Scans settle one per run), so a wrong-length answer
   is never returned.
 
+A function whose inner graphs check their indices with ``checkify``
+(`dispatch.jax.index_checks`) reads its error with `read_back` too, where a
+check is left unproven (`raise_checked`).
+
 Nothing is shared between calls but the last counts seen, and which input
 signatures need no continuation (each replaced whole).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import numpy as np
 
-from gpubackend.dispatch.jax.while_scan.checks import RuntimeCheck, raise_failure
+# Only the type: importing `while_scan` loads PyTensor's JAX dispatch, whose hook imports the
+# lowerings, and they import this module.
+if TYPE_CHECKING:
+    from gpubackend.dispatch.jax.while_scan.checks import RuntimeCheck
 
 # Bound once: a counter that wraps both jax.device_get and `read_back` counts a read once.
 _device_get = jax.device_get
@@ -74,6 +82,15 @@ class HostReadPlan:
     ``(outputs, HostReads, overflow)``, and where ``overflow`` is not None,
     ``continuation(outputs, reads, overflow, *inputs) -> (outputs, HostReads)`` finishes. Only the
     second donates."""
+
+
+class LoweredGraph(NamedTuple):
+    """A whole graph lowered for a linker that reads back (JAX_GPU's top graph)."""
+
+    fn: Callable
+    plan: HostReadPlan | None = None
+    """How to call ``fn``. None where the graph has nothing to read back: ``fn`` is then the
+    graph's plain function."""
 
 
 class SplitLadder:
@@ -127,6 +144,13 @@ def read_back[Tree](values: Tree, on_host_platform: bool) -> Tree:
     return _device_get(values)
 
 
+def raise_failure(code: int, checks: Sequence[RuntimeCheck]) -> None:
+    """Raise the reference's error for an error code read from the device (`while_scan.checks`)."""
+    if code:
+        check = checks[code - 1]
+        raise check.error(check.message)
+
+
 class HostReadingFunction:
     """Call a graph's jitted function (or its `SplitLadder`), reading back at most once per run."""
 
@@ -169,3 +193,21 @@ class HostReadingFunction:
                 outputs[position] = jax.lax.slice_in_dim(outputs[position], 0, int(length))
             return outputs
         raise RuntimeError("while-Scan step counts changed between runs on the same inputs")
+
+
+def raise_checked(call: Callable, on_host_platform: bool) -> Callable:
+    """``call`` (jitted from `index_checks.checkified`, returning ``(error, outputs)``) returning
+    its outputs after reading its error: the reference's ``IndexError`` where a check failed."""
+
+    def read_then_return(*args):
+        error, outputs = call(*args)
+        # Where every check was proven while tracing there is no error to read.
+        if error is None:
+            return outputs
+        # Else one explicit read of its few flags and codes.
+        failure = read_back(error, on_host_platform).get()
+        if failure is not None:
+            raise IndexError(failure.removesuffix(" (`check` failed)"))
+        return outputs
+
+    return read_then_return
