@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from itertools import chain
 from typing import Any, NamedTuple
@@ -130,6 +131,54 @@ NEGATIVE_STEPS_MESSAGE = "Scan was asked to run for negative number of step"
 """The reference's message (PyTensor's Scan.perform), before the count it names."""
 
 
+class LoopCarry(NamedTuple):
+    """What one step of the loop hands the next."""
+
+    step: jax.Array
+    stopped: jax.Array
+    """The ``until`` condition held at the last step taken."""
+    mit_mot: list[jax.Array]
+    taps: list[jax.Array]
+    """The traces read through taps (mit-sot, then sit-sot); the steps read them in ``windows``."""
+    windows: list[jax.Array]
+    nit_sot: list[jax.Array]
+    untraced: list[Any]
+
+
+@dataclass(frozen=True)
+class _LoopLayout:
+    """What the loop reads of its Scan, analysed once when the Scan is lowered."""
+
+    op: Scan
+    inner_fn: Callable
+    trimmable: Sequence[bool]
+    jax_differentiable: bool
+    slots: list[int]
+    tap_slices: list[Sequence[int]]
+    mit_mot_in: Sequence[Sequence[int]]
+    mit_mot_out: Sequence[Sequence[int]]
+
+
+@dataclass(frozen=True)
+class _StepPlan:
+    """What every step of one run reads besides its carry."""
+
+    layout: _LoopLayout
+    n_steps: Any
+    seqs: list[jax.Array]
+    non_seqs: list
+    tap_sizes: list[Any]
+    nit_sizes: list[Any]
+    limit: float
+    """The most steps the loop may take: its bound, or ``capacity``."""
+    capacity: int | None
+    """The room given where a trimmable trace had more (the loop stops when it is full), or None."""
+    masked: bool
+    """Writes are masked where the loop has stopped: `_reverse_differentiable_loop` runs the
+    body for every batch member while any goes on (under vmap); `lax.while_loop` only while it
+    goes on."""
+
+
 def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., LoopResult]:
     """The loop of any Scan: ``run(outer_inputs, capacity, resume=None)``.
 
@@ -138,240 +187,191 @@ def scan_loop(op: Scan, trimmable: Sequence[bool], **kwargs) -> Callable[..., Lo
     it stopped, its buffers grown to this room: no step is taken twice.
     """
     kwargs.pop("storage_map", None)
-    jax_differentiable = lowering_context(kwargs).jax_differentiable
-    inner_fn = jax_funcify(op.fgraph, **kwargs)
-    info = op.info
-    tap_slices = [*info.mit_sot_in_slices, *info.sit_sot_in_slices]
-    slots = traced_slots(op)
-    n_taps = len(tap_slices)
-    mit_mot_in, mit_mot_out = info.normalized_mit_mot_in_slices, info.normalized_mit_mot_out_slices
+    layout = _LoopLayout(
+        op,
+        jax_funcify(op.fgraph, **kwargs),
+        trimmable,
+        lowering_context(kwargs).jax_differentiable,
+        traced_slots(op),
+        [*op.info.mit_sot_in_slices, *op.info.sit_sot_in_slices],
+        op.info.normalized_mit_mot_in_slices,
+        op.info.normalized_mit_mot_out_slices,
+    )
+    return partial(_run, layout)
 
-    def run(
-        outer_inputs: list, capacity: int | None, resume: LoopResult | None = None
-    ) -> LoopResult:
-        n_steps = value_of(outer_inputs[0])
-        n_low, n_high = (float(bound) for bound in bounds_of(outer_inputs[0]))
-        if n_high < 0:
-            # Known while tracing (a constant, an integer input JAX specialises on): the
-            # reference's error, with its message, when the call traces.
-            raise IndexError(f"{NEGATIVE_STEPS_MESSAGE} {int(n_low) if n_low == n_high else ''}")
-        seqs = [as_bounded(seq).buffer for seq in op.outer_seqs(outer_inputs)]
-        mit_mot = [as_bounded(buffer) for buffer in op.outer_mitmot(outer_inputs)]
-        taps = [
-            as_bounded(buffer)
-            for buffer in (*op.outer_mitsot(outer_inputs), *op.outer_sitsot(outer_inputs))
-        ]
-        untraced = list(op.outer_untraced_sit_sot(outer_inputs))
-        non_seqs = [value_of(value) for value in op.outer_non_seqs(outer_inputs)]
-        nit_sizes = [as_bounded_int(size) for size in op.outer_nitsot(outer_inputs)]
-        if any(not np.isfinite(size.high) for size in nit_sizes):
-            raise NotImplementedError(
-                f"{op}: a nit-sot length known only at run time, with no bound"
-            )
 
-        tap_buffers = [tap.buffer for tap in taps]
-        tap_sizes: list[Any] = [tap.length for tap in taps]
-        nit_rooms = [int(size.high) for size in nit_sizes]
-        nit_sizes_in_loop: list[Any] = list(nit_sizes)
-        limited = False
-        limit = n_high
-        if capacity is not None and capacity < n_high:
-            for position, (tap, slot) in enumerate(zip(taps, slots, strict=False)):
-                if trimmable[position] and tap.capacity > capacity + slot:
-                    tap_buffers[position] = _with_room(tap.buffer, slot, capacity)
-                    tap_sizes[position] = capacity + slot
-                    limited = True
-            for position, room in enumerate(nit_rooms):
-                if trimmable[n_taps + position] and room > capacity:
-                    nit_rooms[position] = nit_sizes_in_loop[position] = capacity
-                    limited = True
-            if limited:
-                limit = capacity
-
-        def wrapped(position, size, slot: int):
-            """A ring buffer's position; a buffer with room for every step never wraps, and needs no
-            remainder."""
-            known = known_value(size)
-            return (
-                position
-                if known is not None and known >= limit + slot
-                else position % value_of(size)
-            )
-
-        def windows_at(step, buffers) -> list:
-            """The last ``slot`` entries of each tap buffer before ``step``, oldest first."""
-            return [
-                jnp.stack(
-                    [
-                        _entry(buffer, wrapped(step + slot + tap, size, slot))
-                        for tap in range(-slot, 0)
-                    ]
-                )
-                for buffer, slot, size in zip(buffers, slots, tap_sizes, strict=False)
-            ]
-
-        def inner_inputs(step, mit_mot_buffers, windows, untraced_values):
-            mit_mot_taps = chain.from_iterable(
-                (_entry(buffer, step + tap) for tap in in_taps)
-                for buffer, in_taps in zip(mit_mot_buffers, mit_mot_in, strict=True)
-            )
-            # Taps are read from the carried windows, never from the buffers the loop writes: XLA
-            # then updates those in place instead of copying them on every step.
-            tap_values = chain.from_iterable(
-                (window[slot + tap] for tap in in_taps)
-                for window, in_taps, slot in zip(windows, tap_slices, slots, strict=False)
-            )
-            return (
-                *(_entry(seq, step) for seq in seqs),
-                *mit_mot_taps,
-                *tap_values,
-                *untraced_values,
-                *non_seqs,
-            )
-
-        def step_outputs(step, mit_mot_buffers, windows, untraced_values):
-            outputs = list(inner_fn(*inner_inputs(step, mit_mot_buffers, windows, untraced_values)))
-            stop = outputs[-1] if info.as_while else False
-            return (
-                op.inner_mitmot_outs_grouped(outputs),
-                [*op.inner_mitsot_outs(outputs), *op.inner_sitsot_outs(outputs)],
-                op.inner_nitsot_outs(outputs),
-                op.inner_untraced_sit_sot_outs(outputs),
-                stop,
-            )
-
-        mit_mot_buffers = [buffer.buffer for buffer in mit_mot]
-        # PyTensor's random variables write their new key into the generator's dict: trace on a copy
-        # of it.
-        first_windows = windows_at(0, tap_buffers)
-        nit_specs = jax.eval_shape(
-            lambda: step_outputs(
-                0, mit_mot_buffers, first_windows, jax.tree.map(lambda leaf: leaf, untraced)
-            )[2]
-        )
-        nit_buffers = [
-            jnp.zeros((room, *spec.shape), spec.dtype)
-            for room, spec in zip(nit_rooms, nit_specs, strict=True)
-        ]
-
-        def keep_going(carry):
-            step, stop, *_ = carry
-            going = (step < n_steps) & ~stop
-            return going & (step < capacity) if limited else going
-
-        max_steps = int(limit) if np.isfinite(limit) else None
-        reverse_differentiable = jax_differentiable and max_steps is not None
-
-        def body(carry):
-            # The reverse-differentiable loop runs the body for every batch member while any goes on
-            # (under vmap), so there every write is masked and a member that has stopped keeps its
-            # state. lax.while_loop runs it only while the loop goes on: no mask.
-            going = keep_going(carry) if reverse_differentiable else True
-            step, stop, mit_mot_bufs, bufs, windows, nit_bufs, untraced_values = carry
-            mit_mot_outs, tap_outs, nit_outs, untraced_outs, new_stop = step_outputs(
-                step, mit_mot_bufs, windows, untraced_values
-            )
-            mit_mot_bufs = [
-                _written_at_taps(buffer, step, out_taps, values, going)
-                for buffer, values, out_taps in zip(
-                    mit_mot_bufs, mit_mot_outs, mit_mot_out, strict=True
-                )
-            ]
-            bufs = [
-                _written(buffer, wrapped(step + slot, size, slot), value, going)
-                for buffer, value, slot, size in zip(bufs, tap_outs, slots, tap_sizes, strict=False)
-            ]
-            windows = [
-                _shifted(window, value, going)
-                for window, value in zip(windows, tap_outs, strict=True)
-            ]
-            nit_bufs = [
-                _written(buffer, wrapped(step, size, 0), value, going)
-                for buffer, value, size in zip(nit_bufs, nit_outs, nit_sizes_in_loop, strict=True)
-            ]
-            untraced_values = _like(untraced_outs, untraced_values)
-            if going is not True:
-                untraced_values = jax.tree.map(partial(jnp.where, going), untraced_values, carry[6])
-            stop = (
-                jnp.asarray(new_stop, bool)
-                if going is True
-                else jnp.where(going, jnp.asarray(new_stop, bool), stop)
-            )
-            return (
-                step + jnp.asarray(going, step.dtype),
-                stop,
-                mit_mot_bufs,
-                bufs,
-                windows,
-                nit_bufs,
-                untraced_values,
-            )
-
-        step_dtype = jnp.asarray(n_steps).dtype
-        if resume is None:
-            init = (
-                jnp.asarray(0, step_dtype),
-                jnp.asarray(False),
-                mit_mot_buffers,
-                tap_buffers,
-                first_windows,
-                nit_buffers,
-                untraced,
-            )
-        else:
-            grown = [
-                with_capacity(trace.buffer, room.shape[0])
-                for trace, room in zip(resume.traces, [*tap_buffers, *nit_buffers], strict=True)
-            ]
-            windows = windows_at(resume.steps_taken, grown[:n_taps])
-            init = (
-                resume.steps_taken,
-                resume.stopped,
-                mit_mot_buffers,
-                grown[:n_taps],
-                windows,
-                grown[n_taps:],
-                resume.untraced,
-            )
-        if reverse_differentiable and max_steps is not None:
-            final = _reverse_differentiable_loop(keep_going, body, init, max_steps)
-        else:
-            final = jax.lax.while_loop(keep_going, body, init)
-        steps_taken, stopped, mit_mot_final, tap_final, _, nit_final, untraced_final = final
-        overflow = (
-            (steps_taken >= capacity) & (steps_taken < n_steps) & ~stopped if limited else False
-        )
-        fewest = min(1.0, n_low) if info.as_while else n_low
-        sizes = [*tap_sizes, *nit_sizes_in_loop]
-        traces = [
+def _run(
+    layout: _LoopLayout, outer: list, capacity: int | None, resume: LoopResult | None = None
+) -> LoopResult:
+    op, slots = layout.op, layout.slots
+    n_steps = value_of(outer[0])
+    n_low, n_high = (float(bound) for bound in bounds_of(outer[0]))
+    if n_high < 0:
+        # Known while tracing (a constant, an integer input JAX specialises on): the
+        # reference's error, with its message, when the call traces.
+        raise IndexError(f"{NEGATIVE_STEPS_MESSAGE} {int(n_low) if n_low == n_high else ''}")
+    mit_mot = [as_bounded(buffer) for buffer in op.outer_mitmot(outer)]
+    taps = [as_bounded(buffer) for buffer in (*op.outer_mitsot(outer), *op.outer_sitsot(outer))]
+    untraced = list(op.outer_untraced_sit_sot(outer))
+    nit_sizes = [as_bounded_int(size) for size in op.outer_nitsot(outer)]
+    if any(not np.isfinite(size.high) for size in nit_sizes):
+        raise NotImplementedError(f"{op}: a nit-sot length known only at run time, with no bound")
+    tap_buffers = [tap.buffer for tap in taps]
+    tap_sizes: list[Any] = [tap.length for tap in taps]
+    nit_rooms = [int(size.high) for size in nit_sizes]
+    nit_sizes_in_loop: list[Any] = list(nit_sizes)
+    limiting: int | None = None  # capacity, where a trimmable trace had more room
+    if capacity is not None and capacity < n_high:
+        for position, (tap, slot) in enumerate(zip(taps, slots, strict=False)):
+            if layout.trimmable[position] and tap.capacity > capacity + slot:
+                tap_buffers[position] = _with_room(tap.buffer, slot, capacity)
+                tap_sizes[position] = capacity + slot
+                limiting = capacity
+        for position, room in enumerate(nit_rooms):
+            if layout.trimmable[len(taps) + position] and room > capacity:
+                nit_rooms[position] = nit_sizes_in_loop[position] = limiting = capacity
+    limited = limiting is not None
+    limit = n_high if limiting is None else limiting
+    seqs = [as_bounded(seq).buffer for seq in op.outer_seqs(outer)]
+    non_seqs = [value_of(value) for value in op.outer_non_seqs(outer)]
+    masked = layout.jax_differentiable and bool(np.isfinite(limit))
+    plan = _StepPlan(
+        layout, n_steps, seqs, non_seqs, tap_sizes, nit_sizes_in_loop, limit, limiting, masked
+    )
+    windows = _windows_at(plan, 0, tap_buffers)
+    step = jnp.asarray(0, jnp.asarray(n_steps).dtype)
+    mit_mot_buffers = [buffer.buffer for buffer in mit_mot]
+    start = LoopCarry(step, jnp.asarray(False), mit_mot_buffers, tap_buffers, windows, [], untraced)
+    # PyTensor's random variables write a new key into the generator's dict: trace on a copy of it.
+    copied = start._replace(untraced=jax.tree.map(lambda leaf: leaf, untraced))
+    nit_specs = jax.eval_shape(lambda: op.inner_nitsot_outs(_inner_outputs(plan, copied)))
+    nit_sot = [
+        jnp.zeros((room, *spec.shape), spec.dtype)
+        for room, spec in zip(nit_rooms, nit_specs, strict=True)
+    ]
+    start = start._replace(nit_sot=nit_sot)
+    if resume is not None:
+        start = _resumed(plan, start, resume)
+    keep_going, body = partial(_keep_going, plan), partial(_body, plan)
+    if masked:
+        final = _reverse_differentiable_loop(keep_going, body, start, int(limit))
+    else:
+        final = jax.lax.while_loop(keep_going, body, start)
+    steps_taken, stopped = final.step, final.stopped
+    overflow = (steps_taken >= limit) & (steps_taken < n_steps) & ~stopped if limited else False
+    sizes = [*tap_sizes, *nit_sizes_in_loop]
+    steps_bounds = (max(min(1.0, n_low) if op.info.as_while else n_low, 0.0), limit)
+    if op.info.as_while:
+        # The steps tabulated on themselves: every trace's length is then a function of this one
+        # atom, so lengths taken from two traces (the convergent Kalman filter cuts one trace
+        # at the length of another) stay known relative to each other.
+        steps_table = length_between(steps_taken, *steps_bounds).table
+    else:
+        # Unlimited, a for-Scan takes exactly its n_steps.
+        steps_table = None if limited else getattr(outer[0], "table", None)
+    return LoopResult(
+        n_steps,
+        steps_taken,
+        steps_bounds,
+        [(buffer, given.length) for buffer, given in zip(final.mit_mot, mit_mot, strict=True)],
+        [
             Trace(buffer, size, slot)
-            for buffer, size, slot in zip([*tap_final, *nit_final], sizes, slots, strict=True)
-        ]
-        mit_mot_result = [
-            (buffer, given.length) for buffer, given in zip(mit_mot_final, mit_mot, strict=True)
-        ]
-        steps_bounds = (max(fewest, 0.0), limit)
-        if info.as_while:
-            # The steps tabulated on themselves: every trace's length is then a function of this one
-            # atom, so lengths taken from two traces (the convergent Kalman filter cuts one trace
-            # at the length of another) stay known relative to each other.
-            steps_table = length_between(steps_taken, *steps_bounds).table
-        else:
-            # Unlimited, a for-Scan takes exactly its n_steps.
-            steps_table = None if limited else getattr(outer_inputs[0], "table", None)
-        return LoopResult(
-            n_steps,
-            steps_taken,
-            steps_bounds,
-            mit_mot_result,
-            traces,
-            untraced_final,
-            overflow,
-            stopped,
-            steps_table,
-        )
+            for buffer, size, slot in zip([*final.taps, *final.nit_sot], sizes, slots, strict=True)
+        ],
+        final.untraced,
+        overflow,
+        stopped,
+        steps_table,
+    )
 
-    return run
+
+def _resumed(plan: _StepPlan, start: LoopCarry, resume: LoopResult) -> LoopCarry:
+    """The carry ``resume`` stopped with, its buffers grown to the room of ``start``."""
+    grown = [
+        with_capacity(trace.buffer, room.shape[0])
+        for trace, room in zip(resume.traces, [*start.taps, *start.nit_sot], strict=True)
+    ]
+    taps, nit_sot = grown[: len(start.taps)], grown[len(start.taps) :]
+    windows = _windows_at(plan, resume.steps_taken, taps)
+    return LoopCarry(
+        resume.steps_taken, resume.stopped, start.mit_mot, taps, windows, nit_sot, resume.untraced
+    )
+
+
+def _wrapped(plan: _StepPlan, position, size, slot: int):
+    """A ring buffer's position; a buffer with room for every step never wraps, and needs no
+    remainder."""
+    known = known_value(size)
+    wraps = known is None or known < plan.limit + slot
+    return position % value_of(size) if wraps else position
+
+
+def _windows_at(plan: _StepPlan, step, buffers: list[jax.Array]) -> list[jax.Array]:
+    """The last ``slot`` entries of each tap buffer before ``step``, oldest first."""
+    return [
+        jnp.stack([_entry(buffer, _wrapped(plan, step + held, size, slot)) for held in range(slot)])
+        for buffer, slot, size in zip(buffers, plan.layout.slots, plan.tap_sizes, strict=False)
+    ]
+
+
+def _inner_outputs(plan: _StepPlan, carry: LoopCarry) -> list:
+    """The inner graph's outputs at the step of ``carry``."""
+    layout, step = plan.layout, carry.step
+    mit_mot_taps = chain.from_iterable(
+        (_entry(buffer, step + tap) for tap in taps)
+        for buffer, taps in zip(carry.mit_mot, layout.mit_mot_in, strict=True)
+    )
+    # Taps are read from the carried windows, never from the buffers the loop writes: XLA
+    # then updates those in place instead of copying them on every step.
+    tap_values = chain.from_iterable(
+        (window[slot + tap] for tap in taps)
+        for window, taps, slot in zip(carry.windows, layout.tap_slices, layout.slots, strict=False)
+    )
+    seq_values = (_entry(seq, step) for seq in plan.seqs)
+    inputs = (*seq_values, *mit_mot_taps, *tap_values, *carry.untraced, *plan.non_seqs)
+    return list(layout.inner_fn(*inputs))
+
+
+def _keep_going(plan: _StepPlan, carry: LoopCarry):
+    going = (carry.step < plan.n_steps) & ~carry.stopped
+    return going if plan.capacity is None else going & (carry.step < plan.capacity)
+
+
+def _body(plan: _StepPlan, carry: LoopCarry) -> LoopCarry:
+    going = _keep_going(plan, carry) if plan.masked else True
+    op, step = plan.layout.op, carry.step
+    outputs = _inner_outputs(plan, carry)
+    mit_mot_outputs = op.inner_mitmot_outs_grouped(outputs)
+    nit_outputs = op.inner_nitsot_outs(outputs)
+    tap_outputs = [*op.inner_mitsot_outs(outputs), *op.inner_sitsot_outs(outputs)]
+    untraced = _like(op.inner_untraced_sit_sot_outs(outputs), carry.untraced)
+    stop = jnp.asarray(outputs[-1] if op.info.as_while else False, bool)
+    if going is not True:
+        untraced = jax.tree.map(partial(jnp.where, going), untraced, carry.untraced)
+        stop = jnp.where(going, stop, carry.stopped)
+    mit_mot = [
+        _written_at_taps(buffer, step, out_taps, values, going)
+        for buffer, values, out_taps in zip(
+            carry.mit_mot, mit_mot_outputs, plan.layout.mit_mot_out, strict=True
+        )
+    ]
+    taps = [
+        _written(buffer, _wrapped(plan, step + slot, size, slot), value, going)
+        for buffer, value, slot, size in zip(
+            carry.taps, tap_outputs, plan.layout.slots, plan.tap_sizes, strict=False
+        )
+    ]
+    windows = [
+        _shifted(window, value, going)
+        for window, value in zip(carry.windows, tap_outputs, strict=True)
+    ]
+    nit_sot = [
+        _written(buffer, _wrapped(plan, step, size, 0), value, going)
+        for buffer, value, size in zip(carry.nit_sot, nit_outputs, plan.nit_sizes, strict=True)
+    ]
+    return LoopCarry(
+        step + jnp.asarray(going, step.dtype), stop, mit_mot, taps, windows, nit_sot, untraced
+    )
 
 
 def _entry(buffer: jax.Array, position) -> jax.Array:
