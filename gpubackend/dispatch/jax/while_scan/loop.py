@@ -344,11 +344,6 @@ def _body(plan: _StepPlan, carry: LoopCarry) -> LoopCarry:
     mit_mot_outputs = op.inner_mitmot_outs_grouped(outputs)
     nit_outputs = op.inner_nitsot_outs(outputs)
     tap_outputs = [*op.inner_mitsot_outs(outputs), *op.inner_sitsot_outs(outputs)]
-    untraced = _like(op.inner_untraced_sit_sot_outs(outputs), carry.untraced)
-    stop = jnp.asarray(outputs[-1] if op.info.as_while else False, bool)
-    if going is not True:
-        untraced = jax.tree.map(partial(jnp.where, going), untraced, carry.untraced)
-        stop = jnp.where(going, stop, carry.stopped)
     mit_mot = [
         _written_at_taps(buffer, step, out_taps, values, going)
         for buffer, values, out_taps in zip(
@@ -369,6 +364,11 @@ def _body(plan: _StepPlan, carry: LoopCarry) -> LoopCarry:
         _written(buffer, _wrapped(plan, step, size, 0), value, going)
         for buffer, value, size in zip(carry.nit_sot, nit_outputs, plan.nit_sizes, strict=True)
     ]
+    untraced = _like(op.inner_untraced_sit_sot_outs(outputs), carry.untraced)
+    stop = jnp.asarray(outputs[-1] if op.info.as_while else False, bool)
+    if going is not True:
+        untraced = jax.tree.map(partial(jnp.where, going), untraced, carry.untraced)
+        stop = jnp.where(going, stop, carry.stopped)
     return LoopCarry(
         step + jnp.asarray(going, step.dtype), stop, mit_mot, taps, windows, nit_sot, untraced
     )
