@@ -166,6 +166,35 @@ def test_gradient_of_a_scan_and_of_an_ofg_holding_a_scan(mode):
     )
 
 
+@pytest.mark.parametrize("jax_differentiable", [False, True], ids=["JAX_GPU", "stock JAX"])
+def test_the_gradient_of_a_while_scan_updates_its_buffers_in_place(jax_differentiable):
+    """The backward Scan reads its mit-mot buffer at two taps and writes one, every step: XLA
+    updates it in place, never copying a buffer of the trace's room (a step then cost the room,
+    and a gradient steps times the room)."""
+    import re
+
+    import jax
+    from pytensor.compile.mode import JAX
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.link.jax.dispatch import jax_funcify
+
+    from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, LoweringContext
+    from gpubackend.registration import using_lowerings
+
+    width, bound = 7, 10
+    a, x0 = pt.vector("a", shape=(width,)), pt.vector("x0", shape=(width,))
+    fgraph = FunctionGraph([a, x0], [pt.grad(_newton_sqrt(x0, a, bound)[-1].sum(), a)], clone=True)
+    JAX.optimizer.rewrite(fgraph)
+    context = LoweringContext(jax_differentiable=jax_differentiable)
+    with using_lowerings("gpubackend"):
+        graph_fn = jax.jit(jax_funcify(fgraph, **{CONTEXT_KEYWORD: context}))
+    values = (np.linspace(1.0, 4.0, width), np.ones(width))
+    np.testing.assert_allclose(graph_fn(*values)[0], 0.5 / np.sqrt(values[0]), rtol=1e-10)
+    compiled = graph_fn.lower(*values).compile().as_text()
+    room = bound + 1  # the initial entry and one per step
+    assert not re.findall(rf"= f64\[{room},{width}\]\{{1,0\}} copy\(", compiled)
+
+
 @pytest.mark.parametrize("mode", JAX_MODES)
 def test_gradient_through_lazy_ifelse(mode):
     flag, x = pt.scalar("flag"), pt.vector("x")

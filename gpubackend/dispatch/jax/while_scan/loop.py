@@ -23,7 +23,7 @@ elsewhere it is ``lax.while_loop``, which exits as soon as it stops.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain
@@ -317,9 +317,10 @@ def _windows_at(plan: _StepPlan, step, buffers: list[jax.Array]) -> list[jax.Arr
 def _inner_outputs(plan: _StepPlan, carry: LoopCarry) -> list:
     """The inner graph's outputs at the step of ``carry``."""
     layout, step = plan.layout, carry.step
-    mit_mot_taps = chain.from_iterable(
-        (_entry(buffer, step + tap) for tap in taps)
+    mit_mot_taps = _read_before_written(
+        _entry(buffer, step + tap)
         for buffer, taps in zip(carry.mit_mot, layout.mit_mot_in, strict=True)
+        for tap in taps
     )
     # Taps are read from the carried windows, never from the buffers the loop writes: XLA
     # then updates those in place instead of copying them on every step.
@@ -384,6 +385,20 @@ def _entry(buffer: jax.Array, position) -> jax.Array:
     if buffer.shape[0] == 0:
         return jnp.zeros(buffer.shape[1:], buffer.dtype)
     return jax.lax.dynamic_index_in_dim(buffer, position, keepdims=False)
+
+
+def _read_before_written(entries: Iterable[jax.Array]) -> tuple[jax.Array, ...]:
+    """Entries read from buffers the loop then writes (a mit-mot's taps), each its own value.
+
+    XLA fuses a dynamic slice into every op that uses it; an entry used by two
+    ops, one of them writing elsewhere (a gradient's mit-mot entry feeds both
+    the mit-mot and a sit-sot), is then read by a fusion XLA may schedule after
+    the buffer's update, and XLA copies the whole buffer on every step to keep
+    the old one. Held apart by an optimisation barrier, the entries are read
+    first and the buffer is updated in place.
+    """
+    entries = tuple(entries)
+    return jax.lax.optimization_barrier(entries) if entries else entries
 
 
 def _written(buffer: jax.Array, position, value, going) -> jax.Array:
