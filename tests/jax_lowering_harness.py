@@ -11,7 +11,9 @@ holding the same frozen graph, node for node.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import jax
 import numpy as np
@@ -22,6 +24,7 @@ from gpubackend.conformance.probe import CALL, LINK, RewriteFreeProbe
 
 JAX_MODES = ("JAX", "JAX_GPU")
 REFERENCE_MODE = "FAST_COMPILE"
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
 def compile_checked(inputs, outputs, values, mode: str, **function_kwargs):
@@ -83,3 +86,19 @@ def pmapped(fn):
         return jax.tree.map(lambda leaf: leaf.reshape(lanes, *leaf.shape[2:]), out)
 
     return run
+
+
+@contextlib.contextmanager
+def backend_compiles() -> Iterator[list[str]]:
+    """The names of the functions JAX compiles inside the block."""
+    names: list[str] = []
+
+    def listener(event: str, duration_secs: float, **kwargs) -> None:
+        if event == BACKEND_COMPILE_EVENT:
+            names.append(kwargs.get("fun_name", "?"))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield names
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)

@@ -11,16 +11,13 @@ settles, and JAX_GPU must not compile once per step count.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
-import jax
 import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
 
+from tests.jax_lowering_harness import backend_compiles
 from tests.pymc_models import (
     CASES,
     LOCAL_LEVEL_LENGTH,
@@ -43,7 +40,6 @@ SIGMA_POINTS = ((1.0, 1.0), (0.3, 0.5), (0.1, 1.0), (2.0, 0.2))
 # From a covariance that never settles to one that settles in 6 steps: over 20 distinct step counts.
 WALK = tuple(zip(np.geomspace(0.05, 2.0, 30), np.full(30, 0.5), strict=True))
 # Emitted by JAX around every XLA compilation, or load from its persistent cache.
-BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
 def kalman_reference(sigma_state: float, sigma_obs: float) -> tuple[float, np.ndarray]:
@@ -119,22 +115,6 @@ def test_convergent_filter_stops_when_the_covariance_settles(mode: str) -> None:
     got = [int(steps_at(*sigmas)) for sigmas in SIGMA_POINTS]
     assert got == [riccati_settling_steps(*sigmas) for sigmas in SIGMA_POINTS]
     assert len(set(got)) == len(SIGMA_POINTS), "every point must split the series elsewhere"
-
-
-@contextlib.contextmanager
-def backend_compiles() -> Iterator[list[str]]:
-    """The names of the functions JAX compiles inside the block."""
-    names: list[str] = []
-
-    def listener(event: str, duration_secs: float, **kwargs) -> None:
-        if event == BACKEND_COMPILE_EVENT:
-            names.append(kwargs.get("fun_name", "?"))
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        yield names
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
 
 
 def test_jax_gpu_compiles_are_bounded_while_the_step_count_changes() -> None:
