@@ -12,8 +12,8 @@ calls the jitted function and:
 - returns at once when there is nothing to read (``HostReads`` empty: every
   output of static shape, every check proven), so the call stays asynchronous;
 - runs it as two computations where the linker asks for that
-  (`LoweringContext.split_ladder`), dispatched one after the other with no
-  read between them (`SplitLadder`);
+  (`LoweringContext.split_ladder`, the host platform only): the higher rungs
+  only where the lower ones overflowed, read in between (`SplitLadder`);
 - otherwise reads everything in one read (`read_back`): the lengths of the
   outputs of run-time length (each is then cut to its length on the device),
   the error code of the run-time checks (raising the reference's error type),
@@ -96,6 +96,13 @@ class LoweredGraph(NamedTuple):
 class SplitLadder:
     """A graph function and continuation, jitted: the lower rungs, then the higher ones on overflow.
 
+    The continuation runs only where the lower rungs overflowed, which the call
+    reads (one `read_back` of the flag): dispatched unread, it would cost every
+    call the mapping of its temporaries, sized for the bound (about 50 µs at a
+    10,000-step bound of a 1000-wide gradient), and a dispatch. The ladder is
+    split only on the host platform, where the flag is host memory: the read
+    waits for the lower rungs and copies nothing.
+
     Both need the call's inputs, so the lower rungs donate nothing while a
     continuation may follow. A graph whose ladder has no higher rung (for the
     inputs' shapes and static values) is learnt on its first call and from
@@ -117,6 +124,9 @@ class SplitLadder:
         outputs, reads, overflow = self._lower(step_counts, *args)
         if overflow is None:
             self._alone = self._alone | {signature}
+            return outputs, reads
+        [overflowed] = read_back((overflow,), on_host_platform=True)
+        if not overflowed:
             return outputs, reads
         return self._higher(outputs, reads, overflow, *args)
 
@@ -156,7 +166,8 @@ def raise_failure(code: int, checks: Sequence[RuntimeCheck]) -> None:
 
 
 class HostReadingFunction:
-    """Call a graph's jitted function (or its `SplitLadder`), reading back at most once per run."""
+    """Call a graph's jitted function (or its `SplitLadder`), reading back at most once per run
+    (besides a split ladder's overflow flag)."""
 
     def __init__(self, run: Callable, plan: HostReadPlan, *, on_host_platform: bool):
         self._run = run

@@ -24,7 +24,7 @@ from pytensor.scan.utils import until
 from gpubackend import DataDependentLengthError
 from gpubackend.conformance.checks import count_host_reads
 from gpubackend.introspection import specialised_on_step_counts
-from tests.jax_lowering_harness import pmapped
+from tests.jax_lowering_harness import backend_compiles, pmapped
 from tests.test_jax_jaxified import jaxified
 
 LIMITS = (10.0, 1000.0, 1e300)
@@ -368,6 +368,31 @@ def test_the_capacity_ladder_climbs_as_far_as_the_loop_needs(mode):
             np.testing.assert_allclose(
                 np.asarray(value), expected, rtol=1e-12, err_msg=f"{steps} steps"
             )
+
+
+def test_a_loop_that_stops_early_never_runs_the_rungs_above_256_steps_of_room():
+    """Under JAX_GPU a gradient whose loop stops within 256 steps compiles and runs one computation,
+    whatever its bound: on the CPU the rungs above are a second one, run only when the first
+    overflowed (dispatched on every call, it would map buffers sized for the bound every call)."""
+    x0, limit = pt.scalar("x0"), pt.scalar("limit")
+
+    def count(x, limit):
+        new_x = x + 1
+        return new_x, until(new_x > limit)
+
+    xs = pytensor.scan(
+        count, outputs_info=[x0], non_sequences=[limit], n_steps=5000, return_updates=False
+    )
+    gradient = pytensor.grad((xs**2).sum(), x0)
+    fn = pytensor.function([x0, limit], gradient, mode="JAX_GPU")
+    reference = pytensor.function([x0, limit], gradient, mode="FAST_COMPILE")
+    with backend_compiles() as compiled:
+        for steps in (3, 200, 3, 256):
+            np.testing.assert_allclose(
+                np.asarray(fn(0.0, steps - 0.5)), reference(0.0, steps - 0.5), rtol=1e-12
+            )
+    assert len(compiled) == 1, compiled
+    np.testing.assert_allclose(np.asarray(fn(0.0, 3000.5)), reference(0.0, 3000.5), rtol=1e-12)
 
 
 @pytest.mark.parametrize("outputs", ["device", "numpy"])
