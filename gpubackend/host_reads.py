@@ -79,7 +79,7 @@ class HostReadPlan:
     nothing)."""
     continuation: Callable | None = None
     """Where the graph runs as two computations (`interpreter.LadderedGraph`): ``fn`` returns
-    ``(outputs, HostReads, overflow)``, and where ``overflow`` is not None,
+    ``(outputs, HostReads, overflow)``, and where ``overflow`` is set (read back),
     ``continuation(outputs, reads, overflow, *inputs) -> (outputs, HostReads)`` finishes. Only the
     second donates."""
 

@@ -342,14 +342,8 @@ def test_bounded_traces_match_pytensor_through_their_consumers(family, mode):
             )
 
 
-@pytest.mark.parametrize("mode", ["JAX", "JAX_GPU"])
-def test_the_capacity_ladder_climbs_as_far_as_the_loop_needs(mode):
-    """Each rung of room (16, 256, 4096 steps, then the bound) is reached by a call that needs it,
-    with exact results.
-
-    Under JAX_GPU on the CPU the rungs above 256 are a second computation, run only when the first
-    overflows.
-    """
+def _counting_past_limit():
+    """A loop counting up by one from ``x0`` until past ``limit``, for at most 5000 steps."""
     x0, limit = pt.scalar("x0"), pt.scalar("limit")
 
     def count(x, limit):
@@ -359,6 +353,18 @@ def test_the_capacity_ladder_climbs_as_far_as_the_loop_needs(mode):
     xs = pytensor.scan(
         count, outputs_info=[x0], non_sequences=[limit], n_steps=5000, return_updates=False
     )
+    return x0, limit, xs
+
+
+@pytest.mark.parametrize("mode", ["JAX", "JAX_GPU"])
+def test_the_capacity_ladder_climbs_as_far_as_the_loop_needs(mode):
+    """Each rung of room (16, 256, 4096 steps, then the bound) is reached by a call that needs it,
+    with exact results.
+
+    Under JAX_GPU on the CPU the rungs above 256 are a second computation, run only when the first
+    overflows.
+    """
+    x0, limit, xs = _counting_past_limit()
     outputs = [xs.sum(), xs[:-1].mean(), pytensor.grad((xs**2).sum(), x0)]
     fn = pytensor.function([x0, limit], outputs, mode=mode)
     reference = pytensor.function([x0, limit], outputs, mode="FAST_COMPILE")
@@ -374,15 +380,7 @@ def test_a_loop_that_stops_early_never_runs_the_rungs_above_256_steps_of_room():
     """Under JAX_GPU a gradient whose loop stops within 256 steps compiles and runs one computation,
     whatever its bound: on the CPU the rungs above are a second one, run only when the first
     overflowed (dispatched on every call, it would map buffers sized for the bound every call)."""
-    x0, limit = pt.scalar("x0"), pt.scalar("limit")
-
-    def count(x, limit):
-        new_x = x + 1
-        return new_x, until(new_x > limit)
-
-    xs = pytensor.scan(
-        count, outputs_info=[x0], non_sequences=[limit], n_steps=5000, return_updates=False
-    )
+    x0, limit, xs = _counting_past_limit()
     gradient = pytensor.grad((xs**2).sum(), x0)
     fn = pytensor.function([x0, limit], gradient, mode="JAX_GPU")
     reference = pytensor.function([x0, limit], gradient, mode="FAST_COMPILE")
