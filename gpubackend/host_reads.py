@@ -80,8 +80,8 @@ class HostReadPlan:
     continuation: Callable | None = None
     """Where the graph runs as two computations (`interpreter.LadderedGraph`): ``fn`` returns
     ``(outputs, HostReads, overflow)``, and where ``overflow`` is set (read back),
-    ``continuation(outputs, reads, overflow, *inputs) -> (outputs, HostReads)`` finishes. Only the
-    second donates."""
+    ``continuation(step_counts, *inputs) -> (outputs, HostReads)`` runs the graph again with more
+    room. Only the second donates."""
 
 
 class LoweredGraph(NamedTuple):
@@ -128,7 +128,7 @@ class SplitLadder:
         [overflowed] = read_back((overflow,), on_host_platform=True)
         if not overflowed:
             return outputs, reads
-        return self._higher(outputs, reads, overflow, *args)
+        return self._higher(step_counts, *args)
 
 
 def _signature(value):

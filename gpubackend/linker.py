@@ -325,19 +325,16 @@ class JAXGPULinker(DispatchingJAXLinker):
             static_argnums: tuple[int, ...],
             donate_argnums: tuple[int, ...] = (),
             *,
-            leading: int | None = 0,
+            leading: int = 0,
         ):
             # Host (numpy) inputs reach the executable through jit's own dispatch, committed to
             # the inputs' shardings (`DeviceResidentInput` leaves them on the host). ``leading``
-            # counts the (static) arguments before the graph's inputs; None leaves every
-            # placement to jit (a continuation, whose leading arguments are already placed).
-            placed: dict[str, Any] = {}
-            if leading is not None:
-                placed["in_shardings"] = tuple(
-                    sharding
-                    for position, sharding in enumerate(input_shardings)
-                    if position + leading not in static_argnums
-                )
+            # counts the (static) arguments before the graph's inputs.
+            in_shardings = tuple(
+                sharding
+                for position, sharding in enumerate(input_shardings)
+                if position + leading not in static_argnums
+            )
             prepared = at_precision(graph_fn)
             if not inner_index_checks:
                 return jax.jit(
@@ -345,7 +342,7 @@ class JAXGPULinker(DispatchingJAXLinker):
                     static_argnums=static_argnums,
                     donate_argnums=donate_argnums,
                     out_shardings=placement.output_sharding,
-                    **placed,
+                    in_shardings=in_shardings,
                 )
             # Nothing donated: where a check fails the reference applies no update, so the shared
             # variables keep their buffers.
@@ -354,7 +351,7 @@ class JAXGPULinker(DispatchingJAXLinker):
                     functionalized(prepared, static_argnums),
                     static_argnums=static_argnums,
                     out_shardings=(None, placement.output_sharding),
-                    **placed,
+                    in_shardings=in_shardings,
                 ),
                 on_host_platform=placement.platform == "cpu",
             )
@@ -396,10 +393,8 @@ class JAXGPULinker(DispatchingJAXLinker):
             return HostReadingFunction(
                 jitted(fn, static, donated, leading=1), plan, on_host_platform=on_host_platform
             )
-        # The continuation takes (outputs, reads, overflow, *inputs), donating what the graph would.
-        higher = jitted(
-            plan.continuation, _shifted(static[1:], 2), _shifted(donated, 2), leading=None
-        )
+        # The continuation is called as the graph's function is, and donates what it would.
+        higher = jitted(plan.continuation, static, donated, leading=1)
         ladder = SplitLadder(
             jitted(fn, static, leading=1), jitted(fn, static, donated, leading=1), higher
         )

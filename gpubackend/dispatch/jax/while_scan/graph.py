@@ -75,10 +75,8 @@ def lowered_while_scan_graph(
             outputs, error_code, overflow = graph.lower(*inputs)
             return (*returned(outputs, error_code), overflow)
 
-        def higher_rungs(outputs: list, reads: HostReads, overflow, *inputs):
-            return jax.lax.cond(
-                overflow, lambda: returned(*graph.higher(*inputs)[:2]), lambda: (outputs, reads)
-            )
+        def higher_rungs(step_counts: tuple, *inputs):
+            return returned(*graph.higher(*inputs)[:2])
 
         return LoweredGraph(
             lower_rungs, HostReadPlan(plan.checks, positions, continuation=higher_rungs)
