@@ -1,26 +1,28 @@
 """A graph with while-Scan traces of run-time length, as one function JAX traces: node by node, in
 order.
 
-`bounded_graph` runs the nodes of a `BoundedPlan` with their length-aware
-lowerings (the others with their ordinary ones), folds the rules' run-time
-conditions into one error code, and climbs a ladder of capacities at each
-while-Scan: the loop first gets room for `FIRST_CAPACITY` steps; only when it
-runs out of room does it resume, inside ``lax.cond``, where it stopped with
-`CAPACITY_GROWTH` times more, up to the bound, and the rest of the graph then
-runs at that room. A loop that stops after a few steps thus costs a few steps
-however generous its bound, in the loop, in the buffers and in every op after
-it (a gradient's backward Scan); no step is taken twice, and no length leaves
-the device. Under ``vmap`` a ``lax.cond`` computes both branches, so there a
-call costs every rung up to the bound.
+`GraphWalk` runs a graph's nodes in order, each with the lowering it was given
+(else its ordinary one), refuses by name a size found unbounded while tracing,
+and folds the conditions of the run-time checks into one error code. Its two
+uses differ in how a lowering is called (`Call`) and in what a Scan becomes:
 
-`step_counted_graph` runs an `ExactLengthsNeeded` graph with the traces cut
-to assumed step counts, and returns the counts taken (JAX_GPU only).
+- `bounded_graph` runs the nodes of a `BoundedPlan` with their length-aware
+  lowerings, and climbs a ladder of capacities at each while-Scan: the loop
+  first gets room for `FIRST_CAPACITY` steps; only when it runs out of room
+  does it resume, inside ``lax.cond``, where it stopped with
+  `CAPACITY_GROWTH` times more, up to the bound, and the rest of the graph
+  then runs at that room. A loop that stops after a few steps thus costs a few
+  steps however generous its bound, in the loop, in the buffers and in every op
+  after it (a gradient's backward Scan); no step is taken twice, and no length
+  leaves the device. Under ``vmap`` a ``lax.cond`` computes both branches, so
+  there a call costs every rung up to the bound.
+- `step_counted_graph` runs an `ExactLengthsNeeded` graph with the traces cut
+  to assumed step counts, and returns the counts taken (JAX_GPU only).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -32,11 +34,13 @@ from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, first_failure
 from gpubackend.dispatch.jax.while_scan.plan import BoundedPlan, ExactLengthsNeeded
 from gpubackend.dispatch.jax.while_scan.refusals import unbounded_step_count
+from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering
 from gpubackend.dispatch.jax.while_scan.traces import specialised_scan
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
     BoundedInt,
     as_kind,
+    kinds,
     with_capacity,
 )
 from gpubackend.errors import DataDependentLengthError
@@ -56,78 +60,124 @@ class GraphRun(NamedTuple):
     overflow: Any
 
 
-def _constants(
-    fgraph, order: Sequence[Apply], constant: Callable[[Constant], Any]
-) -> dict[Variable, Any]:
-    values = {
-        value: constant(value)
-        for node in order
-        for value in node.inputs
-        if isinstance(value, Constant)
-    }
-    values.update(
-        (value, constant(value)) for value in fgraph.outputs if isinstance(value, Constant)
-    )
-    return values
+class Progress(NamedTuple):
+    """What the nodes walked so far report: their checks' conditions, and whether a Scan ran out of
+    room."""
+
+    oks: tuple = ()
+    overflow: Any = False
+
+    def after(self, result: NodeResult) -> Progress:
+        return Progress((*self.oks, *result.oks), _either(self.overflow, result.overflow))
 
 
-def _plain_outputs(
-    sizing: frozenset[Apply],
-    while_scans: Sequence[Apply],
-    node: Apply,
-    fn: Callable,
-    arguments: list,
-):
-    """A node with its ordinary lowering; one that sizes a while-Scan from the data is refused by
-    name."""
-    try:
-        return fn(*arguments)
-    except (TypeError, jax.errors.ConcretizationTypeError) as error:
-        if node in sizing and any(is_traced(value) for value in arguments):
-            raise unbounded_step_count((*while_scans, node)[0].op, node) from error
-        raise
+Call = Callable[[Apply, BoundedLowering, list], Any]
+"""How a walk calls a node's lowering on its arguments: what it tells the node's Scan (its room, or
+the step count it assumes)."""
 
 
-@contextmanager
-def _refused_where_unbounded(scan_op, node: Apply) -> Iterator[None]:
-    """A size a rule finds unbounded while tracing (its ``NotImplementedError``) is refused by name;
-    a refusal of its own keeps its message."""
-    try:
-        yield
-    except DataDependentLengthError:
-        raise
-    except NotImplementedError as error:
-        raise unbounded_step_count(scan_op, node) from error
+class GraphWalk:
+    """A graph's nodes in order: each with its lowering in ``lowerings``, called as the walk says,
+    or else with its ordinary one."""
+
+    def __init__(
+        self,
+        fgraph,
+        order: Sequence[Apply],
+        lowerings: Mapping[Apply, BoundedLowering],
+        default_fn: Callable[[Apply], Callable],
+        constant: Callable[[Constant], Any],
+        *,
+        while_scans: Sequence[Apply],
+        sizing: frozenset[Apply],
+        run_time_lengths: Collection[Variable] = (),
+    ):
+        self.order = order
+        self.lowerings = lowerings
+        self.plain_fns = {node: default_fn(node) for node in order if node not in lowerings}
+        self.inputs, self.outputs = fgraph.inputs, fgraph.outputs
+        self.constants = {
+            value: constant(value)
+            for value in (*(value for node in order for value in node.inputs), *fgraph.outputs)
+            if isinstance(value, Constant)
+        }
+        self.while_scans = while_scans
+        self.sizing = sizing
+        self.run_time_lengths = run_time_lengths
+
+    def fresh_values(self, inputs: Sequence) -> dict[Variable, Any]:
+        """The graph's values before a run, in containers of their own.
+
+        PyTensor's random variables write their new key into the generator's dict,
+        and a graph runs several times while traced (the ladder's rungs, the probe
+        of each): each run mutates its own dicts, never the next run's.
+        """
+        return _fresh({**self.constants, **dict(zip(self.inputs, inputs, strict=True))})
+
+    def result(self, node: Apply, values: dict, call: Call) -> NodeResult:
+        """The node's outputs, with what its lowering reports; a size found unbounded while tracing
+        is refused by name (a refusal of a rule's own keeps its message)."""
+        arguments = [values[value] for value in node.inputs]
+        lowering = self.lowerings.get(node)
+        scan_op = (*self.while_scans, node)[0].op
+        if lowering is None:
+            try:
+                return NodeResult(self.plain_fns[node](*arguments))
+            except (TypeError, jax.errors.ConcretizationTypeError) as error:
+                # An ordinary lowering that sizes a while-Scan from the data.
+                if node in self.sizing and any(is_traced(value) for value in arguments):
+                    raise unbounded_step_count(scan_op, node) from error
+                raise
+        try:
+            result = call(node, lowering, arguments)
+        except DataDependentLengthError:
+            raise
+        except NotImplementedError as error:
+            raise unbounded_step_count(scan_op, node) from error
+        return result if isinstance(result, NodeResult) else NodeResult(result)
+
+    def absorb(self, node: Apply, result: NodeResult, values: dict, progress: Progress) -> Progress:
+        """A node's result into ``values``, in the kinds its lowering declared (a length can turn
+        out concrete while tracing)."""
+        outputs = [result.outputs] if len(node.outputs) == 1 else result.outputs
+        lowering = self.lowerings.get(node)
+        output_kinds = kinds(None, len(outputs)) if lowering is None else lowering.output_kinds
+        values.update(zip(node.outputs, map(as_kind, outputs, output_kinds), strict=True))
+        return progress.after(result)
+
+    def walk(
+        self,
+        values: dict,
+        start: int,
+        progress: Progress,
+        call: Call,
+        branch: Callable[[int, dict, Progress], GraphRun] | None = None,
+    ) -> GraphRun:
+        """The nodes from ``start`` on, then the graph's outputs; ``branch(index, values,
+        progress)`` takes over at a capacity-limited Scan where it is given."""
+        for index in range(start, len(self.order)):
+            node = self.order[index]
+            lowering = self.lowerings.get(node)
+            if branch is not None and lowering is not None and lowering.capacity_limited:
+                return branch(index, values, progress)
+            progress = self.absorb(node, self.result(node, values, call), values, progress)
+        outputs = [
+            _as_output(values[output], output in self.run_time_lengths, output)
+            for output in self.outputs
+        ]
+        return GraphRun(outputs, first_failure(progress.oks), progress.overflow)
 
 
-def _specialised_outputs(node: Apply, fn: Callable, arguments: list, assumed_steps: int | None):
-    """A while-Scan specialised on its step count; one whose bound or buffer sizes come from the
-    data (no bound while tracing) is refused by name."""
-    with _refused_where_unbounded(node.op, node):
-        return fn(*arguments, assumed_steps=assumed_steps)
+def _at_capacity(capacity: int | None, resume=None) -> Call:
+    """Every Scan with room for ``capacity`` steps (None: its bound), resuming from ``resume`` (the
+    `NodeResult.state` of a run with less room that overflowed)."""
 
-
-def _rule_outputs(
-    plan: BoundedPlan, node: Apply, lowering, arguments: list, capacity: int | None, resume
-):
-    """A node with its length rule; a size the rule finds unbounded while tracing is refused by
-    name."""
-    with _refused_where_unbounded((plan.while_scans or (node,))[0].op, node):
+    def call(node: Apply, lowering: BoundedLowering, arguments: list):
         if lowering.capacity_limited:
             return lowering.fn(*arguments, capacity=capacity, resume=resume)
         return lowering.fn(*arguments)
 
-
-def _fresh_values(
-    constants: dict[Variable, Any], variables: Sequence[Variable], inputs: Sequence
-) -> dict[Variable, Any]:
-    """The graph's values before a run, in containers of their own.
-
-    PyTensor's random variables write their new key into the generator's dict,
-    and a graph runs several times while traced (the ladder's rungs, the probe
-    of each): each run mutates its own dicts, never the next run's.
-    """
-    return _fresh({**constants, **dict(zip(variables, inputs, strict=True))})
+    return call
 
 
 def _either(overflow, other):
@@ -137,12 +187,13 @@ def _either(overflow, other):
     return overflow if other is False else overflow | other
 
 
-def _as_output(value, run_time_length: bool, static_length: int | None):
+def _as_output(value, run_time_length: bool, output: Variable):
     """A graph output: a `Bounded` one is kept where its length is known only at run time, else cut
     to its type's."""
     if isinstance(value, BoundedInt):
         return value.value
     if isinstance(value, Bounded) and not run_time_length:
+        static_length = output.type.shape[0]
         assert static_length is not None, (
             "an output whose length is not a run-time one has a static one"
         )
@@ -195,61 +246,32 @@ def bounded_graph(
 ) -> LadderedGraph:
     """The plan's graph, climbing the ladder at each while-Scan: with more room, the loop resumes
     where it stopped."""
-    plain_fns = {node: default_fn(node) for node in order if node not in plan.lowerings}
-    constants = _constants(fgraph, order, constant)
-    run_time = [output in plan.run_time_lengths for output in fgraph.outputs]
-
-    def interpret(
-        values: dict,
-        start: int,
-        oks: list,
-        overflow: Any,
-        climb: Climb | None,
-        capacity: int | None,
-    ) -> GraphRun:
-        """The nodes from ``start`` on; a Scan climbs ``climb`` (None: every Scan gets
-        ``capacity``)."""
-        for index in range(start, len(order)):
-            node = order[index]
-            arguments = [values[value] for value in node.inputs]
-            lowering = plan.lowerings.get(node)
-            if lowering is None:
-                outputs = _plain_outputs(
-                    plan.sizing, plan.while_scans, node, plain_fns[node], arguments
-                )
-                values.update(
-                    zip(node.outputs, [outputs] if len(node.outputs) == 1 else outputs, strict=True)
-                )
-                continue
-            if lowering.capacity_limited and climb is not None:
-                return climb_at(index, values, oks, overflow, climb, resume=None)
-            result = _rule_outputs(plan, node, lowering, arguments, capacity, None)
-            oks, overflow = absorb(node, lowering, result, values, oks, overflow)
-        results = [
-            _as_output(
-                values[output],
-                keep,
-                output.type.shape[0] if getattr(output.type, "ndim", 0) else None,
-            )
-            for output, keep in zip(fgraph.outputs, run_time, strict=True)
-        ]
-        return GraphRun(results, first_failure(oks), overflow)
+    graph = GraphWalk(
+        fgraph,
+        order,
+        plan.lowerings,
+        default_fn,
+        constant,
+        while_scans=plan.while_scans,
+        sizing=plan.sizing,
+        run_time_lengths=plan.run_time_lengths,
+    )
+    at_the_bound = _at_capacity(None)
 
     def climb_at(
-        index: int, values: dict, oks: list, overflow: Any, climb: Climb, resume
+        index: int, values: dict, progress: Progress, climb: Climb, resume=None
     ) -> GraphRun:
         """The Scan at ``index`` on the first of the climb's rungs, then the rest of the graph, or
         more room."""
         node = order[index]
-        lowering = plan.lowerings[node]
-        result = _rule_outputs(
-            plan, node, lowering, [values[value] for value in node.inputs], climb.rungs[0], resume
-        )
+        result = graph.result(node, values, _at_capacity(climb.rungs[0], resume))
 
         def rest_of_graph() -> GraphRun:
             own_values = _fresh(values)
-            own_oks, own_overflow = absorb(node, lowering, result, own_values, oks, overflow)
-            return interpret(own_values, index + 1, own_oks, own_overflow, climb, None)
+            own_progress = graph.absorb(node, result, own_values, progress)
+            return graph.walk(
+                own_values, index + 1, own_progress, at_the_bound, partial(climb_at, climb=climb)
+            )
 
         if result.overflow is False or len(climb.rungs) == 1:
             return rest_of_graph()
@@ -263,9 +285,7 @@ def bounded_graph(
         def more_room():
             higher = climb._replace(rungs=climb.rungs[1:])
             return tuple(
-                climb.settled(
-                    climb_at(index, _fresh(values), oks, overflow, higher, resume=result.state)
-                )
+                climb.settled(climb_at(index, _fresh(values), progress, higher, result.state))
             )
 
         return GraphRun(
@@ -274,25 +294,24 @@ def bounded_graph(
 
     def probe(inputs: Sequence, capacity: int | None) -> GraphRun:
         """Every Scan at one capacity: what the rung's structure is while tracing."""
-        return interpret(
-            _fresh_values(constants, fgraph.inputs, inputs), 0, [], False, None, capacity
-        )
+        return graph.walk(graph.fresh_values(inputs), 0, Progress(), _at_capacity(capacity))
 
     if plan.run_time_lengths:
         # Outputs of run-time length are returned at the size of their buffers: one rung, at the
         # bound.
-        def at_the_bound(*inputs) -> GraphRun:
+        def whole_bound(*inputs) -> GraphRun:
             return GraphRun(*probe(inputs, None)[:2], None)
 
-        return LadderedGraph(at_the_bound, at_the_bound, at_the_bound)
+        return LadderedGraph(whole_bound, whole_bound, whole_bound)
 
     def climbing(select: Callable[[list[int]], list[int]]) -> Callable:
         def selected_rungs(*inputs) -> GraphRun:
             capacities, with_code = _rungs(lambda capacity: probe(inputs, capacity))
             rungs = select(capacities)
             climb = Climb(rungs, with_code, terminal=rungs[-1] == capacities[-1])
-            values = _fresh_values(constants, fgraph.inputs, inputs)
-            return climb.settled(interpret(values, 0, [], False, climb, None))
+            values = graph.fresh_values(inputs)
+            run = graph.walk(values, 0, Progress(), at_the_bound, partial(climb_at, climb=climb))
+            return climb.settled(run)
 
         return selected_rungs
 
@@ -305,28 +324,6 @@ def bounded_graph(
     return LadderedGraph(
         climbing(lambda capacities: capacities), climbing(lower_rungs), climbing(higher_rungs)
     )
-
-
-def absorb(
-    node: Apply, lowering, result, values: dict, oks: list, overflow: Any
-) -> tuple[list, Any]:
-    """A rule's result into ``values`` (in the kinds the plan declared); the checks and overflow so
-    far."""
-    if isinstance(result, NodeResult):
-        result, node_oks, node_overflow, _ = result
-        oks, overflow = [*oks, *node_oks], _either(overflow, node_overflow)
-    outputs = [result] if len(node.outputs) == 1 else result
-    values.update(
-        zip(
-            node.outputs,
-            (
-                as_kind(value, kind)
-                for value, kind in zip(outputs, lowering.output_kinds, strict=True)
-            ),
-            strict=True,
-        )
-    )
-    return oks, overflow
 
 
 def _fresh(values: dict) -> dict:
@@ -376,32 +373,29 @@ def step_counted_graph(
     """``graph(assumed_steps, *inputs) -> (outputs, ((steps_taken, matched), ...), error_code)``,
     one pair per while-Scan of the plan, and the code of the plan's first failed index check
     (None where every check was proven while tracing)."""
-    specialised = {node: specialised_scan(node.op, node, **kwargs) for node in plan.nodes}
-    sizing = plan.sizing
-    fns = {node: specialised.get(node) or default_fn(node) for node in order}
-    constants = _constants(fgraph, order, constant)
+    specialised = {
+        node: BoundedLowering(
+            specialised_scan(node.op, node, **kwargs), kinds(None, len(node.outputs))
+        )
+        for node in plan.nodes
+    }
+    lowerings = {**plan.index_checks, **specialised}
+    walk = GraphWalk(
+        fgraph, order, lowerings, default_fn, constant, while_scans=plan.nodes, sizing=plan.sizing
+    )
 
     def graph(assumed_steps: tuple[int | None, ...], *inputs):
-        assumed: Mapping[Apply, int | None] = dict(zip(plan.nodes, assumed_steps, strict=True))
-        values = _fresh_values(constants, fgraph.inputs, inputs)
+        assumed = dict(zip(plan.nodes, assumed_steps, strict=True))
         counts = []
-        oks: list = []
-        for node in order:
-            arguments = [values[value] for value in node.inputs]
-            if node in specialised:
-                outputs, taken, matched = _specialised_outputs(
-                    node, fns[node], arguments, assumed[node]
-                )
-                counts.append((taken, matched))
-            elif node in plan.index_checks:
-                result = plan.index_checks[node].fn(*arguments)
-                outputs = result.outputs
-                oks.extend(result.oks)
-            else:
-                outputs = _plain_outputs(sizing, plan.nodes, node, fns[node], arguments)
-            values.update(
-                zip(node.outputs, [outputs] if len(node.outputs) == 1 else outputs, strict=True)
-            )
-        return [values[output] for output in fgraph.outputs], tuple(counts), first_failure(oks)
+
+        def at_assumed_steps(node: Apply, lowering: BoundedLowering, arguments: list):
+            if node not in assumed:
+                return lowering.fn(*arguments)
+            outputs, taken, matched = lowering.fn(*arguments, assumed_steps=assumed[node])
+            counts.append((taken, matched))
+            return outputs
+
+        run = walk.walk(walk.fresh_values(inputs), 0, Progress(), at_assumed_steps)
+        return run.outputs, tuple(counts), run.error_code
 
     return graph
