@@ -15,14 +15,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.basic import Alloc, AllocEmpty, Join, Split
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
-from gpubackend.dispatch.jax.while_scan.arrays import LENGTHS_DIFFER, same_length
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
-from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
+from gpubackend.dispatch.jax.while_scan.rules import (
+    BoundedLowering,
+    bounded_jax_funcify,
+    on_buffers,
+    same_length,
+)
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
     BoundedInt,
@@ -37,7 +40,6 @@ from gpubackend.dispatch.jax.while_scan.values import (
     length_between,
     tabulated,
     value_of,
-    with_capacity,
 )
 
 NEGATIVE_LENGTH = RuntimeCheck(ValueError, "negative dimensions are not allowed")
@@ -102,22 +104,11 @@ def _alloc_empty(op: AllocEmpty, node, input_kinds, **kwargs) -> BoundedLowering
 def _join(op: Join, node, input_kinds, **kwargs) -> BoundedLowering:
     if op.axis == 0:
         return BoundedLowering(_join_leading, ("array",))
-    fn = jax_funcify(op, node=node, **kwargs)
     if any(kind != "array" for kind in input_kinds):
         raise NotImplementedError(
             f"{op}: a run-time length joined with a length known while tracing"
         )
-    checks = tuple(RuntimeCheck(ValueError, f"{op}: {LENGTHS_DIFFER}") for _ in input_kinds[1:])
-
-    def join_side_by_side(*parts: Bounded):
-        capacity = max(part.capacity for part in parts)
-        oks = tuple(same_length(parts[0].length, part.length) for part in parts[1:])
-        return NodeResult(
-            Bounded(fn(*(with_capacity(part.buffer, capacity) for part in parts)), parts[0].length),
-            oks,
-        )
-
-    return BoundedLowering(join_side_by_side, ("array",), checks)
+    return on_buffers(op, node, input_kinds, **kwargs)
 
 
 def _join_leading(*given) -> Bounded:

@@ -13,8 +13,6 @@ reference does.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,42 +24,28 @@ from pytensor.tensor.math import Argmax, Dot
 
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.lengths import integer_dimshuffle, integer_elemwise
-from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
+from gpubackend.dispatch.jax.while_scan.rules import (
+    BoundedLowering,
+    bounded_jax_funcify,
+    on_buffers,
+)
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
     BoundedInt,
-    kinds,
-    known_equal,
+    known_array,
     valid_rows,
-    value_of,
-    with_capacity,
 )
-
-LENGTHS_DIFFER = (
-    "operands of run-time lengths that differ (PyTensor does not broadcast at run time)"
-)
-
-
-def same_length(first: BoundedInt, other) -> Any:
-    """True where ``other`` (a length, or a concrete size) is known equal to ``first`` while
-    tracing, else the condition."""
-    if (
-        other is first
-        or (isinstance(other, BoundedInt) and other.value is first.value)
-        or known_equal(first, other)
-    ):
-        return True
-    return value_of(first) == value_of(other)
 
 
 @bounded_jax_funcify.register(Elemwise)
 def _elemwise(op: Elemwise, node, input_kinds, **kwargs) -> BoundedLowering:
     if "array" not in input_kinds:
         return integer_elemwise(op, node, **kwargs)
-    fn = jax_funcify(op, node=node, **kwargs)
     ndim = node.outputs[0].type.ndim
-    traces = [position for position, kind in enumerate(input_kinds) if kind == "array"]
-    if any(node.inputs[position].type.ndim != ndim for position in traces):
+    traces = [
+        value for value, kind in zip(node.inputs, input_kinds, strict=True) if kind == "array"
+    ]
+    if any(trace.type.ndim != ndim for trace in traces):
         raise NotImplementedError(
             f"{op}: a run-time length on another axis than the result's leading one"
         )
@@ -70,27 +54,7 @@ def _elemwise(op: Elemwise, node, input_kinds, **kwargs) -> BoundedLowering:
         for position, (kind, variable) in enumerate(zip(input_kinds, node.inputs, strict=True))
         if kind != "array" and variable.type.ndim == ndim and variable.type.shape[0] != 1
     ]
-    checks = tuple(
-        RuntimeCheck(ValueError, f"{op}: {LENGTHS_DIFFER}") for _ in (*traces[1:], *sized)
-    )
-
-    def elementwise(*inputs):
-        capacity = max(inputs[position].capacity for position in traces)
-        length = inputs[traces[0]].length
-        values = [value_of(value) for value in inputs]
-        oks = []
-        for position in traces:
-            values[position] = with_capacity(inputs[position].buffer, capacity)
-        oks += [same_length(length, inputs[position].length) for position in traces[1:]]
-        for position in sized:
-            oks.append(same_length(length, jnp.shape(values[position])[0]))
-            values[position] = with_capacity(values[position], capacity)
-        outputs = fn(*values)
-        if len(node.outputs) == 1:
-            return NodeResult(Bounded(outputs, length), tuple(oks))
-        return NodeResult([Bounded(output, length) for output in outputs], tuple(oks))
-
-    return BoundedLowering(elementwise, kinds("array", len(node.outputs)), checks)
+    return on_buffers(op, node, input_kinds, sized, **kwargs)
 
 
 @bounded_jax_funcify.register(DimShuffle)
@@ -99,8 +63,7 @@ def _dimshuffle(op: DimShuffle, node, input_kinds, **kwargs) -> BoundedLowering:
         return integer_dimshuffle(op, node, **kwargs)
     if not op.new_order or op.new_order[0] != 0:
         raise NotImplementedError(f"{op} moves the axis whose length is known only at run time")
-    fn = jax_funcify(op, node=node, **kwargs)
-    return BoundedLowering(lambda x: Bounded(fn(x.buffer), x.length), ("array",))
+    return on_buffers(op, node, input_kinds, **kwargs)
 
 
 def _padding_fill(scalar_op, dtype: np.dtype):
@@ -122,36 +85,43 @@ def _reduced_axes(axis, ndim: int) -> tuple[int, ...]:
     return tuple(range(ndim)) if axis is None else tuple(axis)
 
 
-def _empty_reduction(name: str) -> RuntimeCheck:
-    return RuntimeCheck(
-        ValueError, f"zero-size array to reduction operation {name} which has no identity"
-    )
-
-
 def _has_an_entry(x: Bounded):
     return True if x.length.low >= 1 else x.length.value >= 1
 
 
-@bounded_jax_funcify.register(CAReduce)
-def _careduce(op: CAReduce, node, input_kinds, **kwargs) -> BoundedLowering:
-    fn = jax_funcify(op, node=node, **kwargs)
-    if input_kinds[0] == "int":
-        return integer_elemwise_like_reduction(fn, node)
+def _over_meaningful_entries(
+    op, node, input_kinds, scalar_op, empty: RuntimeCheck | None, **kwargs
+) -> BoundedLowering:
+    """A reduction along the trace's axis, over its meaningful entries: the padding is filled with
+    the value that leaves ``scalar_op`` unchanged (``empty``: what an empty trace raises)."""
     if 0 not in _reduced_axes(op.axis, node.inputs[0].type.ndim):
-        return BoundedLowering(lambda x: Bounded(fn(x.buffer), x.length), ("array",))
-    fill = _padding_fill(op.scalar_op, np.dtype(node.inputs[0].type.dtype))
+        return on_buffers(op, node, input_kinds, **kwargs)
+    fill = _padding_fill(scalar_op, np.dtype(node.inputs[0].type.dtype))
     if fill is None:
         raise NotImplementedError(
             f"{op} has no value to fill the entries beyond a run-time length with"
         )
-    needs_an_entry = isinstance(op.scalar_op, ps.Maximum | ps.Minimum)
-    checks = (_empty_reduction(type(op.scalar_op).__name__.lower()),) if needs_an_entry else ()
+    fn = jax_funcify(op, node=node, **kwargs)
+    checks = () if empty is None else (empty,)
 
     def reduce_meaningful_entries(x: Bounded):
         reduced = fn(jnp.where(valid_rows(x), x.buffer, fill))
-        return NodeResult(reduced, (_has_an_entry(x),) if needs_an_entry else ())
+        return NodeResult(reduced, tuple(_has_an_entry(x) for _ in checks))
 
     return BoundedLowering(reduce_meaningful_entries, (None,), checks)
+
+
+@bounded_jax_funcify.register(CAReduce)
+def _careduce(op: CAReduce, node, input_kinds, **kwargs) -> BoundedLowering:
+    if input_kinds[0] == "int":
+        return integer_elemwise_like_reduction(jax_funcify(op, node=node, **kwargs), node)
+    empty = None
+    if isinstance(op.scalar_op, ps.Maximum | ps.Minimum):
+        name = type(op.scalar_op).__name__.lower()
+        empty = RuntimeCheck(
+            ValueError, f"zero-size array to reduction operation {name} which has no identity"
+        )
+    return _over_meaningful_entries(op, node, input_kinds, op.scalar_op, empty, **kwargs)
 
 
 def integer_elemwise_like_reduction(fn, node) -> BoundedLowering:
@@ -161,39 +131,23 @@ def integer_elemwise_like_reduction(fn, node) -> BoundedLowering:
 
     def reduce_integers(x: BoundedInt):
         value = fn(x.value)
-        exact = np.array_equal(x.low, x.high) and np.isfinite(x.low).all()
-        if exact:
-            # The bounds are numpy: evaluated now, not staged into the trace (or a cond's branch).
-            with jax.ensure_compile_time_eval():
-                exact_value = fn(x.low.astype(np.int64))
-            low = high = np.asarray(exact_value, dtype=np.float64)
-        else:
-            low, high = (
-                (np.asarray(0.0), np.asarray(1.0))
-                if boolean
-                else (np.asarray(-np.inf), np.asarray(np.inf))
-            )
-        return BoundedInt(value, low, high)
+        known = known_array(x)
+        if known is None:
+            low, high = (0.0, 1.0) if boolean else (-np.inf, np.inf)
+            return BoundedInt(value, np.asarray(low), np.asarray(high))
+        # The bounds are numpy: evaluated now, not staged into the trace (or a cond's branch).
+        with jax.ensure_compile_time_eval():
+            exact = np.asarray(fn(known), dtype=np.float64)
+        return BoundedInt(value, exact, exact)
 
     return BoundedLowering(reduce_integers, ("int",))
 
 
 @bounded_jax_funcify.register(Argmax)
 def _argmax(op: Argmax, node, input_kinds, **kwargs) -> BoundedLowering:
-    fn = jax_funcify(op, node=node, **kwargs)
-    if 0 not in _reduced_axes(op.axis, node.inputs[0].type.ndim):
-        return BoundedLowering(lambda x: Bounded(fn(x.buffer), x.length), ("array",))
-    fill = _padding_fill(ps.maximum, np.dtype(node.inputs[0].type.dtype))
-
-    def argmax_of_meaningful_entries(x: Bounded):
-        # Ties go to the first position, and every padding entry comes after the meaningful ones.
-        return NodeResult(fn(jnp.where(valid_rows(x), x.buffer, fill)), (_has_an_entry(x),))
-
-    return BoundedLowering(
-        argmax_of_meaningful_entries,
-        (None,),
-        (RuntimeCheck(ValueError, "attempt to get argmax of an empty sequence"),),
-    )
+    """Ties go to the first position, and every padding entry comes after the meaningful ones."""
+    empty = RuntimeCheck(ValueError, "attempt to get argmax of an empty sequence")
+    return _over_meaningful_entries(op, node, input_kinds, ps.maximum, empty, **kwargs)
 
 
 @bounded_jax_funcify.register(CumOp)
@@ -205,8 +159,7 @@ def _cumulative(op: CumOp, node, input_kinds, **kwargs) -> BoundedLowering:
         raise NotImplementedError(
             f"{op}: accumulating across the axis whose length is known only at run time"
         )
-    fn = jax_funcify(op, node=node, **kwargs)
-    return BoundedLowering(lambda x: Bounded(fn(x.buffer), x.length), ("array",))
+    return on_buffers(op, node, input_kinds, **kwargs)
 
 
 @bounded_jax_funcify.register(Dot)
@@ -214,5 +167,4 @@ def _dot(op: Dot, node, input_kinds, **kwargs) -> BoundedLowering:
     """A matrix product whose left operand's rows are a trace: its rows are the product's rows."""
     if input_kinds[1] is not None or node.inputs[0].type.ndim != 2:
         raise NotImplementedError(f"{op}: a run-time length on an axis the product sums over")
-    fn = jax_funcify(op, node=node, **kwargs)
-    return BoundedLowering(lambda x, y: Bounded(fn(x.buffer, y), x.length), ("array",))
+    return on_buffers(op, node, input_kinds, **kwargs)

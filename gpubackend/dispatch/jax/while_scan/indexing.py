@@ -27,9 +27,12 @@ from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, indices_from_subtensor
 
 from gpubackend.dispatch.jax.index_checks import index_in_range, run_time_indices
-from gpubackend.dispatch.jax.while_scan.arrays import same_length
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
-from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
+from gpubackend.dispatch.jax.while_scan.rules import (
+    BoundedLowering,
+    bounded_jax_funcify,
+    same_length,
+)
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
     BoundedInt,
@@ -152,13 +155,14 @@ def _count_bounds(index: slice, length, capacity: int) -> tuple[float, float]:
     The count need not grow with the length (``[-5:7]``), so it is worked out
     for every length the bounds allow, when they allow few enough.
     """
-    given = [bound for bound in (index.start, index.stop, index.step)]
+    given = (index.start, index.stop, index.step)
     ends = [None if bound is None else known_value(bound) for bound in given]
     low, high = (float(bound) for bound in bounds_of(length))
-    known = all(
-        end is not None for end, bound in zip(ends, given, strict=True) if bound is not None
-    )
-    if known and np.isfinite(high) and high - low <= _EXACT_COUNT_SPAN:
+    if (
+        all(end is not None or bound is None for end, bound in zip(ends, given, strict=True))
+        and np.isfinite(high)
+        and high - low <= _EXACT_COUNT_SPAN
+    ):
         counts = [len(range(size)[slice(*ends)]) for size in range(int(low), int(high) + 1)]
         return float(min(counts)), float(min(max(counts), capacity))
     return 0.0, float(min(high, capacity))
@@ -255,7 +259,7 @@ def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
             result = Bounded(taken, _slice_count(count, first, length, buffer.shape[0]))
             return NodeResult(result, tuple(oks))
 
-        return BoundedLowering(sliced, ("array" if run_time_slice else None,), checks)
+        return BoundedLowering(sliced, ("array",), checks)
     checks = (_out_of_range(op), *later_checks)
 
     def at_position(x, *index_inputs):
@@ -323,19 +327,13 @@ def _inc_subtensor(op: IncSubtensor, node, input_kinds, **kwargs) -> BoundedLowe
         not isinstance(entry, slice) for entry in op.idx_list
     )
     y_matches_count = is_slice and not _broadcasts_over_leading_axis(node.inputs[1], target_ndim)
-    checks = (
-        ((_out_of_range(op),) if not is_slice else ())
-        + (
-            (
-                RuntimeCheck(
-                    ValueError, f"{op}: the value written has another length than the slice"
-                ),
-            )
-            if y_matches_count
-            else ()
+    checks = [] if is_slice else [_out_of_range(op)]
+    if y_matches_count:
+        checks.append(
+            RuntimeCheck(ValueError, f"{op}: the value written has another length than the slice")
         )
-        + ((ZERO_STEP,) if is_slice and leading.step is not None else ())
-    )
+    if is_slice and leading.step is not None:
+        checks.append(ZERO_STEP)
 
     def inc_subtensor(x, y, *index_inputs):
         buffer, length = as_bounded(x)
@@ -350,25 +348,20 @@ def _inc_subtensor(op: IncSubtensor, node, input_kinds, **kwargs) -> BoundedLowe
                 oks.append(_same_count(_slice_count(count, first, length, capacity), y))
             if first.step is not None:
                 oks.append(_step_ok(first))
-            positions = jnp.where(
-                jnp.arange(capacity) < count, positions, capacity
-            )  # beyond the count: dropped
+            # Beyond the count: dropped.
+            positions = jnp.where(jnp.arange(capacity) < count, positions, capacity)
             values = _per_position(y, capacity, buffer[(positions, *rest)].shape)
         else:
             oks.append(_position_in_range(first, length))
             positions, values = _wrapped(first, length, capacity), value_of(y)
         where = buffer.at[(positions, *rest)]
-        values = jnp.asarray(values).astype(buffer.dtype)
-        updated = (
-            where.set(values, mode="drop")
-            if op.set_instead_of_inc
-            else where.add(values, mode="drop")
-        )
+        update = where.set if op.set_instead_of_inc else where.add
+        updated = update(jnp.asarray(values).astype(buffer.dtype), mode="drop")
         return NodeResult(
             Bounded(updated, x.length) if isinstance(x, Bounded) else updated, tuple(oks)
         )
 
-    return BoundedLowering(inc_subtensor, (input_kinds[0],), checks)
+    return BoundedLowering(inc_subtensor, (input_kinds[0],), tuple(checks))
 
 
 def _one_entry(y) -> bool:

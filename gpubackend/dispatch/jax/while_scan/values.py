@@ -123,10 +123,8 @@ def entry_of(value: BoundedInt, index: int) -> BoundedInt:
 
 def known_value(value) -> int | None:
     """The integer ``value`` is known to be while tracing, if its bounds pin it down."""
-    low, high = bounds_of(value)
-    if low.shape == () and low == high and np.isfinite(low):
-        return int(low)
-    return None
+    known = known_array(value)
+    return None if known is None or known.shape != () else int(known)
 
 
 def length_between(value, low, high) -> BoundedInt:
