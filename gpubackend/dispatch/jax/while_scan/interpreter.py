@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.traversal import ancestors
 
 from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, first_failure
@@ -68,7 +69,12 @@ class Progress(NamedTuple):
     overflow: Any = False
 
     def after(self, result: NodeResult) -> Progress:
-        return Progress((*self.oks, *result.oks), _either(self.overflow, result.overflow))
+        """With a node's result: its conditions, and its overflow or'ed in (kept a Python False
+        while none can happen)."""
+        overflow, other = self.overflow, result.overflow
+        if overflow is not False and other is not False:
+            overflow = overflow | other
+        return Progress((*self.oks, *result.oks), other if overflow is False else overflow)
 
 
 Call = Callable[[Apply, BoundedLowering, list], Any]
@@ -89,7 +95,6 @@ class GraphWalk:
         constant: Callable[[Constant], Any],
         *,
         while_scans: Sequence[Apply],
-        sizing: frozenset[Apply],
         run_time_lengths: Collection[Variable] = (),
     ):
         self.order = order
@@ -102,7 +107,12 @@ class GraphWalk:
             if isinstance(value, Constant)
         }
         self.while_scans = while_scans
-        self.sizing = sizing
+        while_scan_inputs = [value for node in while_scans for value in node.inputs]
+        self.sizing = frozenset(
+            value.owner for value in ancestors(while_scan_inputs) if value.owner is not None
+        )
+        """The nodes that compute the while-Scans' step bounds and buffers: JAX needs their sizes
+        while tracing."""
         self.run_time_lengths = run_time_lengths
 
     def fresh_values(self, inputs: Sequence) -> dict[Variable, Any]:
@@ -180,13 +190,6 @@ def _at_capacity(capacity: int | None, resume=None) -> Call:
     return call
 
 
-def _either(overflow, other):
-    """``overflow | other``, kept a Python False while neither can happen."""
-    if overflow is False:
-        return other
-    return overflow if other is False else overflow | other
-
-
 def _as_output(value, run_time_length: bool, output: Variable):
     """A graph output: a `Bounded` one is kept where its length is known only at run time, else cut
     to its type's."""
@@ -233,8 +236,10 @@ class Climb(NamedTuple):
     flag."""
 
     def settled(self, run: GraphRun) -> GraphRun:
-        overflow = None if self.terminal else jnp.asarray(run.overflow)
-        return GraphRun(run.outputs, _settled_code(run.error_code, self.with_code), overflow)
+        """A rung's run in the structure every rung shares (an int32 code where any has checks
+        left)."""
+        code = jnp.int32(0) if run.error_code is None and self.with_code else run.error_code
+        return GraphRun(run.outputs, code, None if self.terminal else jnp.asarray(run.overflow))
 
 
 def bounded_graph(
@@ -253,7 +258,6 @@ def bounded_graph(
         default_fn,
         constant,
         while_scans=plan.while_scans,
-        sizing=plan.sizing,
         run_time_lengths=plan.run_time_lengths,
     )
     at_the_bound = _at_capacity(None)
@@ -356,12 +360,6 @@ def _rungs(run_at: Callable[[int], GraphRun]) -> tuple[list[int], bool]:
         capacity *= CAPACITY_GROWTH
 
 
-def _settled_code(error_code, with_code: bool):
-    """A rung's error code in the structure every rung shares: an int32 where any rung has checks
-    left."""
-    return error_code if error_code is not None or not with_code else jnp.int32(0)
-
-
 def step_counted_graph(
     fgraph,
     order: Sequence[Apply],
@@ -380,9 +378,7 @@ def step_counted_graph(
         for node in plan.nodes
     }
     lowerings = {**plan.index_checks, **specialised}
-    walk = GraphWalk(
-        fgraph, order, lowerings, default_fn, constant, while_scans=plan.nodes, sizing=plan.sizing
-    )
+    walk = GraphWalk(fgraph, order, lowerings, default_fn, constant, while_scans=plan.nodes)
 
     def graph(assumed_steps: tuple[int | None, ...], *inputs):
         assumed = dict(zip(plan.nodes, assumed_steps, strict=True))

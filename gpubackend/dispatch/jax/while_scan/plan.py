@@ -51,14 +51,8 @@ class BoundedPlan:
     lowerings: Mapping[Apply, BoundedLowering]
     """The length-aware lowering of each node that sees a run-time length."""
 
-    output_kinds: tuple[Kind, ...]
-
     run_time_lengths: tuple[Variable, ...]
     """The graph's outputs whose length is known only at run time."""
-
-    sizing: frozenset[Apply]
-    """The nodes that compute the while-Scans' step bounds and buffers: JAX needs their sizes while
-    tracing."""
 
     @property
     def checks(self) -> tuple[RuntimeCheck, ...]:
@@ -79,10 +73,6 @@ class ExactLengthsNeeded:
     index_checks: Mapping[Apply, BoundedLowering] = field(default_factory=dict)
     """The checked lowering of each indexing node with an index known only at run time (for a
     linker that reads back)."""
-
-    @property
-    def sizing(self) -> frozenset[Apply]:
-        return _sizing_nodes(self.nodes)
 
     @property
     def checks(self) -> tuple[RuntimeCheck, ...]:
@@ -144,21 +134,4 @@ def plan_graph(
         for output in fgraph.outputs
         if kinds.get(output) == "array" and output.type.shape[0] is None
     )
-    output_kinds = tuple(kinds.get(output) for output in fgraph.outputs)
-    return BoundedPlan(
-        tuple(trimmed), lowerings, output_kinds, run_time_lengths, _sizing_nodes(trimmed)
-    )
-
-
-def _sizing_nodes(while_scans: Sequence[Apply]) -> frozenset[Apply]:
-    """Every node the while-Scans' inputs are computed from."""
-    seen: set[Apply] = set()
-    pending = [
-        value.owner for node in while_scans for value in node.inputs if value.owner is not None
-    ]
-    while pending:
-        node = pending.pop()
-        if node not in seen:
-            seen.add(node)
-            pending.extend(value.owner for value in node.inputs if value.owner is not None)
-    return frozenset(seen)
+    return BoundedPlan(tuple(trimmed), lowerings, run_time_lengths)
