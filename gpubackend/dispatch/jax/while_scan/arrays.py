@@ -3,15 +3,19 @@
 An op that maps each entry of the leading axis to the same entry of its
 output (elementwise ops, a ``DimShuffle`` that keeps the axis first, a matrix
 product's rows), or to the entries after it (a cumulative sum), computes on the
-whole buffer: entries past the length stay meaningless. PyTensor never broadcasts at run time, so
-operands of the same rank must have the same length, a run-time check unless the bounds prove it. A
-reduction over the leading axis masks the entries past the length with the value that leaves the
-reduction unchanged in the input's own dtype (the smallest int64 for ``max``, ``False`` for a
-boolean ``max``), and an empty ``max``/``min``/``argmax`` raises NumPy's ``ValueError`` as the
-reference does.
+whole buffer with its stock lowering (`on_buffers`): entries past the length
+stay meaningless. PyTensor never broadcasts at run time, so operands of the
+same rank must have the same length, a run-time check unless the bounds prove
+it. A reduction over the leading axis masks the entries past the length with
+the value that leaves the reduction unchanged in the input's own dtype (the
+smallest int64 for ``max``, ``False`` for a boolean ``max``), and an empty
+``max``/``min``/``argmax`` raises NumPy's ``ValueError`` as the reference does.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -24,17 +28,69 @@ from pytensor.tensor.math import Argmax, Dot
 
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.lengths import integer_dimshuffle, integer_elemwise
-from gpubackend.dispatch.jax.while_scan.rules import (
-    BoundedLowering,
-    bounded_jax_funcify,
-    on_buffers,
-)
+from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
     BoundedInt,
+    Kind,
+    kinds,
     known_array,
+    known_equal,
     valid_rows,
+    value_of,
+    with_capacity,
 )
+
+LENGTHS_DIFFER = (
+    "operands of run-time lengths that differ (PyTensor does not broadcast at run time)"
+)
+
+
+def same_length(first: BoundedInt, other) -> Any:
+    """True where ``other`` (a length, or a concrete size) is known equal to ``first`` while
+    tracing, else the condition."""
+    if (
+        other is first
+        or (isinstance(other, BoundedInt) and other.value is first.value)
+        or known_equal(first, other)
+    ):
+        return True
+    return value_of(first) == value_of(other)
+
+
+def on_buffers(
+    op, node, input_kinds: Sequence[Kind], sized: Sequence[int] = (), **kwargs
+) -> BoundedLowering:
+    """The op's stock lowering on its traces' buffers, each output `Bounded` at the first trace's
+    length.
+
+    Traces of other capacities are padded to the largest. PyTensor never
+    broadcasts at run time, so the traces must have the same length, as must
+    the plain inputs at positions ``sized`` (padded likewise): run-time checks,
+    unless the bounds prove them.
+    """
+    fn = jax_funcify(op, node=node, **kwargs)
+    traces = [position for position, kind in enumerate(input_kinds) if kind == "array"]
+    checks = tuple(
+        RuntimeCheck(ValueError, f"{op}: {LENGTHS_DIFFER}") for _ in (*traces[1:], *sized)
+    )
+
+    def on_padded_buffers(*inputs):
+        capacity = max(inputs[position].capacity for position in traces)
+        length = inputs[traces[0]].length
+        values = [value_of(value) for value in inputs]
+        oks = [same_length(length, inputs[position].length) for position in traces[1:]]
+        for position in traces:
+            values[position] = with_capacity(inputs[position].buffer, capacity)
+        for position in sized:
+            oks.append(same_length(length, jnp.shape(values[position])[0]))
+            values[position] = with_capacity(values[position], capacity)
+        outputs = fn(*values)
+        if len(node.outputs) == 1:
+            return NodeResult(Bounded(outputs, length), tuple(oks))
+        return NodeResult([Bounded(output, length) for output in outputs], tuple(oks))
+
+    return BoundedLowering(on_padded_buffers, kinds("array", len(node.outputs)), checks)
 
 
 @bounded_jax_funcify.register(Elemwise)

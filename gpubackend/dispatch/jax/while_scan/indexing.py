@@ -27,12 +27,9 @@ from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, indices_from_subtensor
 
 from gpubackend.dispatch.jax.index_checks import index_in_range, run_time_indices
+from gpubackend.dispatch.jax.while_scan.arrays import same_length
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
-from gpubackend.dispatch.jax.while_scan.rules import (
-    BoundedLowering,
-    bounded_jax_funcify,
-    same_length,
-)
+from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
     BoundedInt,
