@@ -129,22 +129,27 @@ class GraphWalk:
         is refused by name (a refusal of a rule's own keeps its message)."""
         arguments = [values[value] for value in node.inputs]
         lowering = self.lowerings.get(node)
-        scan_op = (*self.while_scans, node)[0].op
         if lowering is None:
             try:
                 return NodeResult(self.plain_fns[node](*arguments))
             except (TypeError, jax.errors.ConcretizationTypeError) as error:
                 # An ordinary lowering that sizes a while-Scan from the data.
                 if node in self.sizing and any(is_traced(value) for value in arguments):
-                    raise unbounded_step_count(scan_op, node) from error
+                    raise self._refusal(node) from error
                 raise
         try:
             result = call(node, lowering, arguments)
         except DataDependentLengthError:
             raise
         except NotImplementedError as error:
-            raise unbounded_step_count(scan_op, node) from error
+            raise self._refusal(node) from error
         return result if isinstance(result, NodeResult) else NodeResult(result)
+
+    def _refusal(self, node: Apply) -> DataDependentLengthError:
+        """A size found unbounded while tracing, named by the while-Scan itself, else by the first
+        one (which the node sizes or follows)."""
+        scan = node if node in self.while_scans else (*self.while_scans, node)[0]
+        return unbounded_step_count(scan.op, node)
 
     def absorb(self, node: Apply, result: NodeResult, values: dict, progress: Progress) -> Progress:
         """A node's result into ``values``, in the kinds its lowering declared (a length can turn
@@ -378,9 +383,9 @@ def step_counted_graph(
         for node in plan.nodes
     }
     lowerings = {**plan.index_checks, **specialised}
-    walk = GraphWalk(fgraph, order, lowerings, default_fn, constant, while_scans=plan.nodes)
+    graph = GraphWalk(fgraph, order, lowerings, default_fn, constant, while_scans=plan.nodes)
 
-    def graph(assumed_steps: tuple[int | None, ...], *inputs):
+    def counted(assumed_steps: tuple[int | None, ...], *inputs):
         assumed = dict(zip(plan.nodes, assumed_steps, strict=True))
         counts = []
 
@@ -391,7 +396,7 @@ def step_counted_graph(
             counts.append((taken, matched))
             return outputs
 
-        run = walk.walk(walk.fresh_values(inputs), 0, Progress(), at_assumed_steps)
+        run = graph.walk(graph.fresh_values(inputs), 0, Progress(), at_assumed_steps)
         return run.outputs, tuple(counts), run.error_code
 
-    return graph
+    return counted

@@ -188,13 +188,8 @@ def _shape_i(op: Shape_i, node, input_kinds, **kwargs) -> BoundedLowering:
 @bounded_jax_funcify.register(Shape)
 def _shape(op: Shape, node, input_kinds, **kwargs) -> BoundedLowering:
     def shape_of_bounded(x: Bounded):
-        value = jnp.concatenate(
-            [
-                jnp.reshape(jnp.asarray(x.length.value, "int64"), (1,)),
-                jnp.asarray(x.buffer.shape[1:], "int64"),
-            ]
-        )
-        return _stacked(value, [x.length, *x.buffer.shape[1:]])
+        sizes = [x.length, *x.buffer.shape[1:]]
+        return _stacked(jnp.stack([jnp.asarray(value_of(size), "int64") for size in sizes]), sizes)
 
     return BoundedLowering(shape_of_bounded, ("int",))
 
