@@ -19,7 +19,7 @@ from pytensor.tensor.basic import Alloc, AllocEmpty, Join, Split
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
-from gpubackend.dispatch.jax.while_scan.arrays import on_buffers, same_length
+from gpubackend.dispatch.jax.while_scan.arrays import on_buffers
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.values import (
@@ -34,6 +34,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     exactly,
     kinds,
     length_between,
+    same_length,
     tabulated,
     value_of,
 )

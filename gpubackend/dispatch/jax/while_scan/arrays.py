@@ -15,7 +15,6 @@ smallest int64 for ``max``, ``False`` for a boolean ``max``), and an empty
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +34,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     Kind,
     kinds,
     known_array,
-    known_equal,
+    same_length,
     valid_rows,
     value_of,
     with_capacity,
@@ -44,18 +43,6 @@ from gpubackend.dispatch.jax.while_scan.values import (
 LENGTHS_DIFFER = (
     "operands of run-time lengths that differ (PyTensor does not broadcast at run time)"
 )
-
-
-def same_length(first: BoundedInt, other) -> Any:
-    """True where ``other`` (a length, or a concrete size) is known equal to ``first`` while
-    tracing, else the condition."""
-    if (
-        other is first
-        or (isinstance(other, BoundedInt) and other.value is first.value)
-        or known_equal(first, other)
-    ):
-        return True
-    return value_of(first) == value_of(other)
 
 
 def on_buffers(

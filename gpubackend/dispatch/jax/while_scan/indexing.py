@@ -27,7 +27,6 @@ from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, indices_from_subtensor
 
 from gpubackend.dispatch.jax.index_checks import index_in_range, run_time_indices
-from gpubackend.dispatch.jax.while_scan.arrays import same_length
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.values import (
@@ -40,6 +39,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     common_tables,
     known_value,
     length_between,
+    same_length,
     tabulated,
     value_of,
     with_capacity,
@@ -154,12 +154,9 @@ def _count_bounds(index: slice, length, capacity: int) -> tuple[float, float]:
     """
     given = (index.start, index.stop, index.step)
     ends = [None if bound is None else known_value(bound) for bound in given]
+    known = all(end is not None or bound is None for end, bound in zip(ends, given, strict=True))
     low, high = (float(bound) for bound in bounds_of(length))
-    if (
-        all(end is not None or bound is None for end, bound in zip(ends, given, strict=True))
-        and np.isfinite(high)
-        and high - low <= _EXACT_COUNT_SPAN
-    ):
+    if known and np.isfinite(high) and high - low <= _EXACT_COUNT_SPAN:
         counts = [len(range(size)[slice(*ends)]) for size in range(int(low), int(high) + 1)]
         return float(min(counts)), float(min(max(counts), capacity))
     return 0.0, float(min(high, capacity))
@@ -168,25 +165,19 @@ def _count_bounds(index: slice, length, capacity: int) -> tuple[float, float]:
 def _count_table(index: slice, length) -> Table | None:
     """A slice's entry count for every value of the one length it depends on, where its ends and
     step do too."""
-    ends = [bound for bound in (index.start, index.stop, index.step) if bound is not None]
-    common = common_tables([length, *ends])
+    given = (index.start, index.stop, index.step)
+    common = common_tables([length, *(bound for bound in given if bound is not None)])
     if common is None:
         return None
     table, (lengths, *listed) = common
     columns = iter(listed)
-    per_end = [
-        None if bound is None else next(columns) for bound in (index.start, index.stop, index.step)
-    ]
+    per_end = [None if bound is None else next(columns) for bound in given]
     if per_end[2] is not None and np.any(per_end[2] == 0):
         return None
-    counts = [
-        len(
-            range(max(int(size), 0))[
-                slice(*(None if end is None else int(end[i]) for end in per_end))
-            ]
-        )
-        for i, size in enumerate(lengths)
-    ]
+    counts = []
+    for i, size in enumerate(lengths):
+        ends = (None if end is None else int(end[i]) for end in per_end)
+        counts.append(len(range(max(int(size), 0))[slice(*ends)]))
     return Table(table.atom, table.first, np.asarray(counts, dtype=np.int64))
 
 
@@ -241,8 +232,14 @@ def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
             leading, input_kinds, 1
         )
         if not run_time_slice:
+            # A plain array, indexed past its leading axis at positions computed from a length.
             fn = jax_funcify(op, node=node, **kwargs)
-            return _plain_subtensor(op, fn, index_kinds, later_checks)
+
+            def checked_subtensor(x, *index_inputs):
+                oks = _later_positions_in_range(op, index_kinds, index_inputs, jnp.shape(x))
+                return NodeResult(fn(x, *(value_of(i) for i in index_inputs)), tuple(oks))
+
+            return BoundedLowering(checked_subtensor, (None,), later_checks)
         checks = later_checks + ((ZERO_STEP,) if leading.step is not None else ())
 
         def sliced(x, *index_inputs):
@@ -269,16 +266,6 @@ def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
         return NodeResult(buffer[(_wrapped(first, length, buffer.shape[0]), *rest)], tuple(oks))
 
     return BoundedLowering(at_position, (None,), checks)
-
-
-def _plain_subtensor(op: Subtensor, fn, index_kinds, checks) -> BoundedLowering:
-    """A plain array indexed past its leading axis at positions computed from a run-time length."""
-
-    def checked_subtensor(x, *index_inputs):
-        oks = _later_positions_in_range(op, index_kinds, index_inputs, jnp.shape(x))
-        return NodeResult(fn(x, *(value_of(i) for i in index_inputs)), tuple(oks))
-
-    return BoundedLowering(checked_subtensor, (None,), checks)
 
 
 def _integer_subtensor(op: Subtensor, fn) -> BoundedLowering:

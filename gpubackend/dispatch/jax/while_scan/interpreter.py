@@ -1,23 +1,18 @@
 """A graph with while-Scan traces of run-time length, as one function JAX traces: node by node, in
-order.
+order (`GraphWalk`, which folds the rules' run-time conditions into one error code).
 
-`GraphWalk` runs a graph's nodes in order, each with the lowering it was given
-(else its ordinary one), refuses by name a size found unbounded while tracing,
-and folds the conditions of the run-time checks into one error code. Its two
-uses differ in how a lowering is called (`Call`) and in what a Scan becomes:
+`bounded_graph` walks a `BoundedPlan` and climbs a ladder of capacities at
+each while-Scan: the loop first gets room for `FIRST_CAPACITY` steps; only
+when it runs out of room does it resume, inside ``lax.cond``, where it stopped
+with `CAPACITY_GROWTH` times more, up to the bound, and the rest of the graph
+then runs at that room. A loop that stops after a few steps thus costs a few
+steps however generous its bound, in the loop, in the buffers and in every op
+after it (a gradient's backward Scan); no step is taken twice, and no length
+leaves the device. Under ``vmap`` a ``lax.cond`` computes both branches, so
+there a call costs every rung up to the bound.
 
-- `bounded_graph` runs the nodes of a `BoundedPlan` with their length-aware
-  lowerings, and climbs a ladder of capacities at each while-Scan: the loop
-  first gets room for `FIRST_CAPACITY` steps; only when it runs out of room
-  does it resume, inside ``lax.cond``, where it stopped with
-  `CAPACITY_GROWTH` times more, up to the bound, and the rest of the graph
-  then runs at that room. A loop that stops after a few steps thus costs a few
-  steps however generous its bound, in the loop, in the buffers and in every op
-  after it (a gradient's backward Scan); no step is taken twice, and no length
-  leaves the device. Under ``vmap`` a ``lax.cond`` computes both branches, so
-  there a call costs every rung up to the bound.
-- `step_counted_graph` runs an `ExactLengthsNeeded` graph with the traces cut
-  to assumed step counts, and returns the counts taken (JAX_GPU only).
+`step_counted_graph` walks an `ExactLengthsNeeded` graph with the traces cut
+to assumed step counts, and returns the counts taken (JAX_GPU only).
 """
 
 from __future__ import annotations
@@ -69,8 +64,7 @@ class Progress(NamedTuple):
     overflow: Any = False
 
     def after(self, result: NodeResult) -> Progress:
-        """With a node's result: its conditions, and its overflow or'ed in (kept a Python False
-        while none can happen)."""
+        """With a node's result; the overflow is kept a Python False while none can happen."""
         overflow, other = self.overflow, result.overflow
         if overflow is not False and other is not False:
             overflow = overflow | other
@@ -129,27 +123,23 @@ class GraphWalk:
         is refused by name (a refusal of a rule's own keeps its message)."""
         arguments = [values[value] for value in node.inputs]
         lowering = self.lowerings.get(node)
+        # Named by the while-Scan itself, else by the first one (which the node sizes or follows).
+        scan = node if node in self.while_scans else (*self.while_scans, node)[0]
         if lowering is None:
             try:
                 return NodeResult(self.plain_fns[node](*arguments))
             except (TypeError, jax.errors.ConcretizationTypeError) as error:
                 # An ordinary lowering that sizes a while-Scan from the data.
                 if node in self.sizing and any(is_traced(value) for value in arguments):
-                    raise self._refusal(node) from error
+                    raise unbounded_step_count(scan.op, node) from error
                 raise
         try:
             result = call(node, lowering, arguments)
         except DataDependentLengthError:
             raise
         except NotImplementedError as error:
-            raise self._refusal(node) from error
+            raise unbounded_step_count(scan.op, node) from error
         return result if isinstance(result, NodeResult) else NodeResult(result)
-
-    def _refusal(self, node: Apply) -> DataDependentLengthError:
-        """A size found unbounded while tracing, named by the while-Scan itself, else by the first
-        one (which the node sizes or follows)."""
-        scan = node if node in self.while_scans else (*self.while_scans, node)[0]
-        return unbounded_step_count(scan.op, node)
 
     def absorb(self, node: Apply, result: NodeResult, values: dict, progress: Progress) -> Progress:
         """A node's result into ``values``, in the kinds its lowering declared (a length can turn
@@ -376,13 +366,10 @@ def step_counted_graph(
     """``graph(assumed_steps, *inputs) -> (outputs, ((steps_taken, matched), ...), error_code)``,
     one pair per while-Scan of the plan, and the code of the plan's first failed index check
     (None where every check was proven while tracing)."""
-    specialised = {
-        node: BoundedLowering(
-            specialised_scan(node.op, node, **kwargs), kinds(None, len(node.outputs))
-        )
-        for node in plan.nodes
-    }
-    lowerings = {**plan.index_checks, **specialised}
+    lowerings = dict(plan.index_checks)
+    for node in plan.nodes:
+        specialised = specialised_scan(node.op, node, **kwargs)
+        lowerings[node] = BoundedLowering(specialised, kinds(None, len(node.outputs)))
     graph = GraphWalk(fgraph, order, lowerings, default_fn, constant, while_scans=plan.nodes)
 
     def counted(assumed_steps: tuple[int | None, ...], *inputs):

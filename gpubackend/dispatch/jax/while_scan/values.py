@@ -176,6 +176,18 @@ def known_equal(first, other) -> bool:
     return common is not None and bool(np.array_equal(*common[1]))
 
 
+def same_length(first: BoundedInt, other) -> Any:
+    """True where ``other`` (a length, or a concrete size) is known equal to ``first`` while
+    tracing, else the condition."""
+    if (
+        other is first
+        or (isinstance(other, BoundedInt) and other.value is first.value)
+        or known_equal(first, other)
+    ):
+        return True
+    return value_of(first) == value_of(other)
+
+
 def holds_always(condition) -> bool:
     """Whether a boolean (or integer) condition is true on every run, by its bounds or its table."""
     low, _ = bounds_of(condition)
