@@ -34,18 +34,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
-# Only the type: importing `while_scan` loads PyTensor's JAX dispatch, whose hook imports the
-# lowerings, and they import this module.
-if TYPE_CHECKING:
-    from gpubackend.dispatch.jax.while_scan.checks import RuntimeCheck
-
 # Bound once: a counter that wraps both jax.device_get and `read_back` counts a read once.
 _device_get = jax.device_get
+
+
+@dataclass(frozen=True)
+class RuntimeCheck:
+    """A condition the reference checks when it runs, and the error it raises when the condition
+    fails (a graph's error code, read back, names the first that failed: `raise_failure`)."""
+
+    error: type[Exception]
+    message: str
+
+    def describe(self) -> str:
+        return f"{self.error.__name__}: {self.message}"
 
 
 class HostReads(NamedTuple):

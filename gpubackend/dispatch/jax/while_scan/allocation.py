@@ -20,7 +20,7 @@ from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
 from gpubackend.dispatch.jax.while_scan.arrays import on_buffers
-from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
+from gpubackend.dispatch.jax.while_scan.checks import NodeResult
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
@@ -38,6 +38,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     tabulated,
     value_of,
 )
+from gpubackend.host_reads import RuntimeCheck
 
 NEGATIVE_LENGTH = RuntimeCheck(ValueError, "negative dimensions are not allowed")
 

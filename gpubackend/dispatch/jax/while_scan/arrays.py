@@ -25,7 +25,7 @@ from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
 from pytensor.tensor.extra_ops import CumOp
 from pytensor.tensor.math import Argmax, Dot
 
-from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
+from gpubackend.dispatch.jax.while_scan.checks import NodeResult
 from gpubackend.dispatch.jax.while_scan.lengths import integer_dimshuffle, integer_elemwise
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.values import (
@@ -39,6 +39,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     value_of,
     with_capacity,
 )
+from gpubackend.host_reads import RuntimeCheck
 
 LENGTHS_DIFFER = (
     "operands of run-time lengths that differ (PyTensor does not broadcast at run time)"

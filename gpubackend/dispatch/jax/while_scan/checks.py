@@ -26,24 +26,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-
-@dataclass(frozen=True)
-class RuntimeCheck:
-    """A condition the reference checks when it runs, and the error it raises when the condition
-    fails."""
-
-    error: type[Exception]
-    message: str
-
-    def describe(self) -> str:
-        return f"{self.error.__name__}: {self.message}"
+from gpubackend.host_reads import RuntimeCheck
 
 
 class NodeResult(NamedTuple):

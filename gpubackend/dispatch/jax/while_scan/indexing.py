@@ -27,7 +27,7 @@ from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, indices_from_subtensor
 
 from gpubackend.dispatch.jax.index_checks import index_in_range, run_time_indices
-from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
+from gpubackend.dispatch.jax.while_scan.checks import NodeResult
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
@@ -45,6 +45,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     with_capacity,
 )
 from gpubackend.dispatch.subtensor_indices import out_of_bounds_message
+from gpubackend.host_reads import RuntimeCheck
 
 # How many lengths a slice's entry count is worked out for, to bound it exactly (it need not be
 # monotone).

@@ -26,7 +26,7 @@ from pytensor.tensor.basic import ARange, MakeVector, ScalarFromTensor, TensorFr
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.shape import Shape, Shape_i
 
-from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
+from gpubackend.dispatch.jax.while_scan.checks import NodeResult
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.values import (
     Bounded,
@@ -41,6 +41,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     tabulated,
     value_of,
 )
+from gpubackend.host_reads import RuntimeCheck
 
 # Monotone in each argument on the boxes lengths live in, or multilinear: the
 # extremes over a box are at its corners. Computed in float64, so infinities

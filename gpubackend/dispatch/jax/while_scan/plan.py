@@ -27,12 +27,12 @@ from pytensor.raise_op import CheckAndRaise
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.index_checks import index_checked_nodes
-from gpubackend.dispatch.jax.while_scan.checks import RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.indexing import checked_indexing
 from gpubackend.dispatch.jax.while_scan.lengths import checks_data_at_run_time
 from gpubackend.dispatch.jax.while_scan.loop import possibly_trimmed_traces
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.values import Kind
+from gpubackend.host_reads import RuntimeCheck
 
 
 def trimmed_while_scans(order: Sequence[Apply]) -> list[Apply]:

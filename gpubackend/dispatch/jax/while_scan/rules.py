@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from functools import singledispatch
 from typing import NamedTuple
 
-from gpubackend.dispatch.jax.while_scan.checks import RuntimeCheck
 from gpubackend.dispatch.jax.while_scan.values import Kind
+from gpubackend.host_reads import RuntimeCheck
 
 
 class BoundedLowering(NamedTuple):

@@ -18,7 +18,7 @@ import numpy as np
 from pytensor.graph.basic import Constant
 from pytensor.scan.op import Scan
 
-from gpubackend.dispatch.jax.while_scan.checks import NodeResult, RuntimeCheck
+from gpubackend.dispatch.jax.while_scan.checks import NodeResult
 from gpubackend.dispatch.jax.while_scan.loop import (
     NEGATIVE_STEPS_MESSAGE,
     LoopResult,
@@ -40,6 +40,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     tabulated,
     value_of,
 )
+from gpubackend.host_reads import RuntimeCheck
 
 
 def untrimmed_outputs(loop: LoopResult) -> list:
