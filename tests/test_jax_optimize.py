@@ -14,16 +14,19 @@ from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.optimize import minimize, minimize_scalar, root, root_scalar
 
+from gpubackend import UnsupportedOption
 from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference, compile_checked
 
 A_VALUE = np.array([1.0, -2.0, 0.5])
 X0 = np.zeros(3)
 
 
-def _minimize_problem(method, **optimizer_kwargs):
+def _minimize_problem(method, hess=False, **optimizer_kwargs):
     x, a = pt.vector("x"), pt.vector("a")
     objective = ((x - a) ** 2).sum() + 0.1 * (x**4).sum()
-    solution, success = minimize(objective, x, method=method, optimizer_kwargs=optimizer_kwargs)
+    solution, success = minimize(
+        objective, x, method=method, hess=hess, optimizer_kwargs=optimizer_kwargs
+    )
     return [x, a], [solution, pt.grad(solution.sum(), a)], success
 
 
@@ -47,6 +50,59 @@ def test_minimize_methods(method, optimizer_kwargs):
     inputs, outputs, success = _minimize_problem(method, **optimizer_kwargs)
     assert_matches_reference(inputs, outputs, [X0, A_VALUE], "JAX_GPU", rtol=1e-6, atol=1e-9)
     assert compile_checked(inputs, [success], [X0, A_VALUE], "JAX_GPU")[0]
+
+
+TRUST_REGION_METHODS = ["trust-exact", "trust-krylov", "trust-ncg", "dogleg"]
+
+
+@pytest.mark.parametrize("method", TRUST_REGION_METHODS)
+def test_trust_region_methods_and_their_gradients(method):
+    """Within gtol of the tightly solved minimum (BFGS at tol=1e-10, not scipy's answer at the
+    same tol), with scipy's verdict; the gradient is PyTensor's implicit one, lowered."""
+    tol = 1e-8
+    inputs, outputs, success = _minimize_problem(method, hess=True, tol=tol)
+    truth_inputs, truth_outputs, _ = _minimize_problem("BFGS", tol=1e-10)
+    truth = pytensor.function(truth_inputs, truth_outputs, mode="FAST_COMPILE")(X0, A_VALUE)
+    scipy_success = pytensor.function(inputs, success, mode="FAST_COMPILE")(X0, A_VALUE)
+    *ours, our_success = compile_checked(inputs, [*outputs, success], [X0, A_VALUE], "JAX_GPU")
+    # The Hessian's eigenvalues are at least 2: |x - x*| <= |grad| / 2.
+    np.testing.assert_allclose(ours[0], truth[0], rtol=0, atol=tol)
+    np.testing.assert_allclose(ours[1], truth[1], rtol=0, atol=10 * tol)
+    assert our_success == scipy_success
+
+
+def _double_well(method):
+    """``sum((x^2 - b)^2)`` from a start of negative curvature: dogleg's Cholesky fails there
+    (scipy's "linalg error"), the others leave along the negative curvature."""
+    x, b = pt.vector("x"), pt.vector("b")
+    objective = ((x**2 - b) ** 2).sum()
+    solution, success = minimize(objective, x, method=method, hess=True)
+    return [x, b], [solution, success]
+
+
+@pytest.mark.parametrize("method", TRUST_REGION_METHODS)
+def test_trust_region_verdicts_where_the_hessian_is_indefinite_are_scipys(method):
+    inputs, outputs = _double_well(method)
+    values = [np.array([0.1, -0.2, 0.05]), np.array([1.0, 2.0, 0.5])]
+    (want, want_success), (got, got_success) = (
+        pytensor.function(inputs, outputs, mode="FAST_COMPILE")(*values),
+        compile_checked(inputs, outputs, values, "JAX_GPU"),
+    )
+    assert got_success == want_success == (method != "dogleg")
+    # The same minimum (of eight), to scipy's default gtol=1e-4 (curvature 8 * b at least 4).
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+
+
+def test_trust_region_methods_without_the_hessian_raise_as_scipy_does():
+    inputs, outputs, _ = _minimize_problem("trust-ncg")
+    with pytest.raises(ValueError, match=r"trust-ncg.*hess=True"):
+        pytensor.function(inputs, outputs, mode="JAX_GPU")
+
+
+def test_an_option_that_changes_the_subproblem_is_refused_by_name():
+    inputs, outputs, _ = _minimize_problem("trust-krylov", hess=True, options={"inexact": False})
+    with pytest.raises(UnsupportedOption, match="inexact"):
+        pytensor.function(inputs, outputs, mode="JAX_GPU")
 
 
 def _gradient_methods_problem(name: str, method: str, tol: float):

@@ -51,6 +51,8 @@ class ScipyMethod:
     """The op input (``bounds``, ``bracket``) without which scipy refuses the method."""
     refuses_input: str | None = None
     """The op input scipy refuses for this method."""
+    needs_hessian: bool = False
+    """scipy refuses the method without ``hess`` (PyTensor's ``minimize(..., hess=True)``)."""
     lacks: frozenset[str] = frozenset()
     """Fields of the settings family that this method does not take (they keep their default)."""
     jax: JaxSupport | None = None
@@ -93,6 +95,11 @@ _NATIVE = NumbaSupport()
 _NATIVE_WITH_JAC = NumbaSupport(("jac",))
 _NATIVE_WITH_HESS = NumbaSupport(("jac", "hess"))
 
+_JAX_TRUST_REGION = JaxSupport(
+    frozenset({"gtol", "maxiter", "initial_trust_radius", "max_trust_radius", "eta"})
+)
+_NOT_KRYLOV = frozenset({"inexact"})
+
 _NATIVE_BRACKETING = frozenset({"bisect", "brentq"})
 _BRACKETING_ROOT = tuple(
     ScipyMethod(
@@ -123,7 +130,26 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 numba=_NATIVE_WITH_JAC,
             ),
             ScipyMethod("Newton-CG", s.NewtonCGSettings(), ("xtol",), numba=_NATIVE_WITH_HESS),
-            ScipyMethod("trust-exact", s.TrustExactSettings(), ("gtol",), numba=_NATIVE_WITH_HESS),
+            ScipyMethod(
+                "trust-exact",
+                s.TrustRegionSettings(),
+                ("gtol",),
+                lacks=_NOT_KRYLOV,
+                needs_hessian=True,
+                jax=_JAX_TRUST_REGION,
+                numba=_NATIVE_WITH_HESS,
+            ),
+            *(
+                ScipyMethod(
+                    name,
+                    s.TrustRegionSettings(),
+                    ("gtol",),
+                    lacks=frozenset() if name == "trust-krylov" else _NOT_KRYLOV,
+                    needs_hessian=True,
+                    jax=_JAX_TRUST_REGION,
+                )
+                for name in ("trust-krylov", "trust-ncg", "dogleg")
+            ),
         ),
         frozenset({"bounds"}),
         scipy_names=frozenset(

@@ -148,6 +148,10 @@ def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any)
     where = f"{kind}(method={method.name!r}) option {name!r}"
     if name == "bounds":
         return _box_bounds(where, value)
+    if isinstance(default, bool):
+        if not isinstance(value, bool | np.bool_):
+            raise ValueError(f"{where} must be True or False, got {value!r}")
+        return bool(value)
     if isinstance(default, int):
         # Negative budgets are the settings' own "scipy's default" sentinels, never a caller's.
         if isinstance(value, bool) or not float(value).is_integer() or int(value) < 0:

@@ -68,14 +68,19 @@ class NewtonCGSettings(NamedTuple):
     c2: float = 0.9
 
 
-class TrustExactSettings(NamedTuple):
-    """``minimize(method="trust-exact")``: stop when ``|grad|_2 < gtol``."""
+class TrustRegionSettings(NamedTuple):
+    """``minimize(method="trust-exact" | "trust-krylov" | "trust-ncg" | "dogleg")``: stop when
+    ``|grad|_2 < gtol``.
+
+    Only trust-krylov takes ``inexact`` (how loosely trlib solves its subproblems).
+    """
 
     gtol: float = 1e-4
     maxiter: int = SIZE_DEPENDENT
     initial_trust_radius: float = 1.0
     max_trust_radius: float = 1000.0
     eta: float = 0.15
+    inexact: bool = True
 
 
 class HybrSettings(NamedTuple):

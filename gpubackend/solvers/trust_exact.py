@@ -69,7 +69,7 @@ def _refuse_non_finite(hessian):
 
 
 def make_trust_exact(fun: Callable) -> Callable:
-    """``solve(x0, args, settings: TrustExactSettings) -> (x, converged)``; a non-finite Hessian
+    """``solve(x0, args, settings: TrustRegionSettings) -> (x, converged)``; a non-finite Hessian
     (a NaN start) raises scipy's ``ValueError``."""
 
     @numba_njit

@@ -49,15 +49,18 @@ from gpubackend.dispatch.jax.optimize_methods import (
     solver_choice,
     solver_for_size,
 )
+from gpubackend.dispatch.jax.trust_region import DERIVATIVES_OPTION
 from gpubackend.scipy_options import scipy_method
 
 Objective = Callable[[jax.Array, tuple], jax.Array]
 IndexCheck = Callable[[jax.Array, tuple], None]
+Outputs = Callable[[jax.Array, tuple], Sequence[jax.Array]]
 
 
-def _objective(op: ScipyWrapperOp, kwargs: dict) -> tuple[Objective, IndexCheck]:
-    """The op's first inner output as ``f(y, args)``, the calling convention of optimistix, and the
-    check of its run-time indices at a solution.
+def _objective(op: ScipyWrapperOp, kwargs: dict) -> tuple[Objective, IndexCheck, Outputs]:
+    """The op's first inner output as ``f(y, args)``, the calling convention of optimistix, the
+    check of its run-time indices at a solution, and all the inner outputs (the objective's
+    derivatives where the op carries them) as ``outputs(y, args)``.
 
     Optimistix's loops are left as they are: the objective's indices are checked once, at the
     solution (`index_checks.check_objective_at`), where the linker reads run-time checks.
@@ -68,20 +71,23 @@ def _objective(op: ScipyWrapperOp, kwargs: dict) -> tuple[Objective, IndexCheck]
     def evaluated(y, args):
         return inner_fn(y, *args)[0]
 
-    def objective(y, args):
+    def outputs(y, args):
         with objective_index_conditions(op.fgraph, None):
-            return evaluated(y, args)
+            return inner_fn(y, *args)
+
+    def objective(y, args):
+        return outputs(y, args)[0]
 
     # Evaluated again at the solution only where the objective itself indexes at run time.
     if not (
         lowering_context(kwargs).inner_index_checks and index_checked_nodes(op.fgraph.toposort())
     ):
-        return objective, lambda value, args: None
+        return objective, lambda value, args: None, outputs
 
     def check_indices_at(value, args) -> None:
         check_objective_at(evaluated, op.fgraph, value, args)
 
-    return objective, check_indices_at
+    return objective, check_indices_at, outputs
 
 
 def _dtype(op: ScipyWrapperOp) -> str:
@@ -170,14 +176,28 @@ def _as_vector(equations: Objective) -> Objective:
     return lambda y, args: jnp.reshape(equations(jnp.reshape(y, ()), args), (1,))
 
 
+def _own_derivatives(op: ScipyWrapperOp, outputs: Outputs) -> dict | None:
+    """The option that hands the second-order minimisers (`trust_region`) the op's own gradient and
+    Hessian (PyTensor's graphs, as scipy is given them), where it carries both (``hess=True``)."""
+    if not getattr(op, "hess", False):
+        return None
+
+    def value_gradient_hessian(y, args):
+        f, gradient, hessian = outputs(y, args)[:3]
+        return f, gradient, hessian
+
+    return {DERIVATIVES_OPTION: value_gradient_hessian}
+
+
 def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable, minimises: bool) -> Callable:
     """Lower a vector minimize/root op: ``solve`` is ``optx.minimise`` or ``optx.root_find``."""
     dtype = _dtype(op)
     choice_for_size = solver_for_size(
         op, dtype
     )  # refuses unsupported methods and options at compile time
-    objective, check_indices_at = _objective(op, kwargs)
+    objective, check_indices_at, outputs = _objective(op, kwargs)
     condition = _stationary(objective) if minimises else objective
+    options = _own_derivatives(op, outputs)
 
     def vector_solve(x0, *args):
         x0 = _start(x0, dtype)
@@ -186,7 +206,7 @@ def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable, minimises: 
 
         def solved(start, args):
             if minimises or start.ndim:
-                return _solved(solve, objective, choice, varying_like(start, args), args)
+                return _solved(solve, objective, choice, varying_like(start, args), args, options)
             # MINPACK's root finders take vectors: a 0-d x is solved as one of one element, as
             # scipy's root solves it.
             value, success = _solved(
@@ -236,7 +256,7 @@ def _search_interval(objective: Objective, bounds: dict, args: tuple, max_steps:
 def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> Callable:
     dtype = _dtype(op)
     choice = solver_choice(op, n_variables=1, dtype=dtype)
-    objective, check_indices_at = _objective(op, kwargs)
+    objective, check_indices_at, _ = _objective(op, kwargs)
 
     def stationary(y, inputs):
         args, _ = _bounds_by_name(op, (y, *inputs))
@@ -276,7 +296,7 @@ def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
     dtype = _dtype(op)
     choice = solver_choice(op, n_variables=1, dtype=dtype)
     brackets = scipy_method(op).needs_input == "bracket"
-    equation, check_indices_at = _objective(op, kwargs)
+    equation, check_indices_at, _ = _objective(op, kwargs)
 
     def residual(y, inputs):
         args, _ = _bounds_by_name(op, (y, *inputs))

@@ -30,12 +30,15 @@ from pytensor.tensor.optimize import (
     ScipyWrapperOp,
 )
 
+from gpubackend.dispatch.jax import trust_subproblems
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
 from gpubackend.dispatch.jax.noise_aware_search import (
     ROUNDING_ULPS,
     NoiseAwareBFGS,
 )
+from gpubackend.dispatch.jax.trust_region import ScipyTrustRegion
+from gpubackend.dispatch.jax.trust_subproblems import Subproblem
 from gpubackend.scipy_options import (
     OP_OPTIONS,
     minimize_maxiter,
@@ -60,6 +63,11 @@ class SolverChoice:
 
     solver: Any
     max_steps: int
+
+
+SolverBuilder = Callable[[Any, int, str], SolverChoice]
+"""The optimistix solver and budget for a method's settings, the number of variables and the dtype.
+"""
 
 
 class _IterationState(eqx.Module):
@@ -242,6 +250,26 @@ def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:
     return _iterations(solver, settings.maxiter, settings.maxfun)
 
 
+def _trust_region(subproblem: Subproblem) -> SolverBuilder:
+    def build(settings: s.TrustRegionSettings, n: int, dtype: str) -> SolverChoice:
+        maxiter = minimize_maxiter(settings.maxiter, n)
+        rtol, atol = _floored(dtype, settings.gtol, settings.gtol)
+        solver = ScipyTrustRegion(
+            subproblem=subproblem,
+            gtol=settings.gtol,
+            max_iterations=maxiter,
+            initial_trust_radius=settings.initial_trust_radius,
+            max_trust_radius=settings.max_trust_radius,
+            eta=settings.eta,
+            rtol=rtol,
+            atol=atol,
+        )
+        # One step per scipy iteration; scipy's maxiter=0 still runs one.
+        return SolverChoice(solver, max(maxiter, 1))
+
+    return build
+
+
 def _hybr(settings: s.HybrSettings, n: int, dtype: str) -> SolverChoice:
     maxfev = minpack_maxfev(settings.maxfev, n)
     rtol, atol = _floored(dtype, settings.xtol, settings.xtol)
@@ -296,14 +324,14 @@ def _newton(settings: s.RootScalarSettings | s.SecantSettings, n: int, dtype: st
     return SolverChoice(optx.Newton(rtol=rtol, atol=atol), settings.maxiter)
 
 
-SolverBuilder = Callable[[Any, int, str], SolverChoice]
-"""The optimistix solver and budget for a method's settings, the number of variables and the dtype.
-"""
-
 JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "bfgs"): _bfgs,
     (MinimizeOp, "cg"): _cg,
     (MinimizeOp, "l-bfgs-b"): _lbfgsb,
+    (MinimizeOp, "trust-exact"): _trust_region(trust_subproblems.exact),
+    (MinimizeOp, "trust-krylov"): _trust_region(trust_subproblems.exact),
+    (MinimizeOp, "trust-ncg"): _trust_region(trust_subproblems.steihaug_cg),
+    (MinimizeOp, "dogleg"): _trust_region(trust_subproblems.dogleg),
     (RootOp, "hybr"): _hybr,
     (RootOp, "lm"): _lm,
     (MinimizeScalarOp, "brent"): _bracket_minimize,
@@ -343,6 +371,11 @@ def solver_for_size(op: ScipyWrapperOp, dtype: str) -> Callable[[int], SolverCho
     """
     support, build = _jax_support(op)
     resolved = resolve(op)
+    if resolved.method.needs_hessian and not (op.jac and op.hess):
+        raise ValueError(
+            f"minimize(method={resolved.method.name!r}) needs the gradient and the Hessian, as "
+            "scipy does: pass jac=True, hess=True"
+        )
     resolved.refuse_unless_honoured(support.honours, _BACKEND)
     return lambda n_variables: build(resolved.settings, max(n_variables, 1), dtype)
 
