@@ -19,7 +19,7 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 import scipy.optimize
-from pytensor.tensor.optimize import RootScalarOp, minimize, minimize_scalar, root, root_scalar
+from pytensor.tensor.optimize import MinimizeOp, RootScalarOp, minimize, minimize_scalar, root, root_scalar
 
 from gpubackend import ObjectModeFallbackWarning, UnsupportedOption
 from gpubackend.dispatch.jax.optimize_methods import JAX_SOLVERS, ScipyIterations, solver_choice
@@ -78,7 +78,11 @@ class Case:
         method, interval = self.method, self.interval
         if self.kind == "minimize":
             return minimize(
-                _rosenbrock(X), X, method=method, optimizer_kwargs={"options": {self.budget: limit}}
+                _rosenbrock(X),
+                X,
+                method=method,
+                hess=self.needs_hessian,
+                optimizer_kwargs={"options": {self.budget: limit}},
             )
         if self.kind == "root":
             equations = _equations(XR, pt.constant(ROOT_TARGET), pt.stack)
@@ -107,6 +111,7 @@ class Case:
                     _rosenbrock,
                     start_x,
                     jac=_rosenbrock_gradient,
+                    hess=scipy.optimize.rosen_hess if self.needs_hessian else None,
                     method=self.method,
                     options=options,
                 )
@@ -136,6 +141,12 @@ class Case:
             )
             return result.iterations, result.converged
 
+    @property
+    def needs_hessian(self) -> bool:
+        return self.kind == "minimize" and OP_OPTIONS[MinimizeOp].methods[
+            self.method.lower()
+        ].needs_hessian
+
     def __str__(self) -> str:
         return f"{self.kind}-{self.method}"
 
@@ -144,6 +155,7 @@ class Case:
 CASES = [
     Case("minimize", "BFGS", "maxiter", {}),
     Case("minimize", "L-BFGS-B", "maxiter", {}),
+    Case("minimize", "trust-exact", "maxiter", {}),
     Case("root", "hybr", "maxfev", {}),
     Case("root", "lm", "maxiter", {}),
     Case("minimize_scalar", "brent", "maxiter", {}),
