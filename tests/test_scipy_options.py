@@ -19,7 +19,14 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 import scipy.optimize
-from pytensor.tensor.optimize import MinimizeOp, RootScalarOp, minimize, minimize_scalar, root, root_scalar
+from pytensor.tensor.optimize import (
+    MinimizeOp,
+    RootScalarOp,
+    minimize,
+    minimize_scalar,
+    root,
+    root_scalar,
+)
 
 from gpubackend import ObjectModeFallbackWarning, UnsupportedOption
 from gpubackend.dispatch.jax.optimize_methods import JAX_SOLVERS, ScipyIterations, solver_choice
@@ -143,9 +150,10 @@ class Case:
 
     @property
     def needs_hessian(self) -> bool:
-        return self.kind == "minimize" and OP_OPTIONS[MinimizeOp].methods[
-            self.method.lower()
-        ].needs_hessian
+        return (
+            self.kind == "minimize"
+            and OP_OPTIONS[MinimizeOp].methods[self.method.lower()].needs_hessian
+        )
 
     def __str__(self) -> str:
         return f"{self.kind}-{self.method}"

@@ -263,6 +263,7 @@ def _trust_region(subproblem: Subproblem) -> SolverBuilder:
             eta=settings.eta,
             rtol=rtol,
             atol=atol,
+            norm=optx.max_norm,
         )
         # One step per scipy iteration; scipy's maxiter=0 still runs one.
         return SolverChoice(solver, max(maxiter, 1))

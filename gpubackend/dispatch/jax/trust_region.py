@@ -76,16 +76,16 @@ class _TrustRegionState(eqx.Module):
 class ScipyTrustRegion(optx.AbstractMinimiser):
     """scipy's ``_minimize_trust_region`` with one of its subproblems."""
 
-    subproblem: Subproblem = eqx.field(static=True)
     gtol: float
-    max_iterations: int = eqx.field(static=True)
     initial_trust_radius: float
     max_trust_radius: float
     eta: float
     # optimistix reads these off any minimiser; the verdicts above replace them.
     rtol: float
     atol: float
-    norm: Callable = optx.max_norm
+    subproblem: Subproblem = eqx.field(static=True)
+    max_iterations: int = eqx.field(static=True)
+    norm: Callable
 
     def _derivatives(self, fn, y, options) -> Derivatives:
         given = (options or {}).get(DERIVATIVES_OPTION)
