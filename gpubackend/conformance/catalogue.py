@@ -479,6 +479,25 @@ def case_minimize_grad() -> CaseGraph:
     return _solver_case(x, a, solved, [np.zeros(3), [0.5, -1.0, 2.0]])
 
 
+def _register_second_order_case(method: str) -> None:
+    """``minimize(method=...)`` with the op's Hessian output (``hess=True``), which the method
+    needs."""
+
+    def build() -> CaseGraph:
+        x, a = pt.vector("x"), pt.vector("a")
+        solved = minimize(
+            _quartic_objective(x, a), x, method=method, hess=True, optimizer_kwargs={"tol": 1e-8}
+        )
+        return _solver_case(x, a, solved, [np.zeros(3), [0.5, -1.0, 2.0]])
+
+    build.__name__ = f"case_minimize_{method.replace('-', '_')}_grad"
+    register_case("optimize")(build)
+
+
+for _method in ("trust-exact", "trust-krylov", "trust-ncg", "dogleg"):
+    _register_second_order_case(_method)
+
+
 @register_case("optimize")
 def case_root_grad() -> CaseGraph:
     x, a = pt.vector("x"), pt.vector("a")
