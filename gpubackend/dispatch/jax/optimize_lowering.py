@@ -49,7 +49,7 @@ from gpubackend.dispatch.jax.optimize_methods import (
     solver_choice,
     solver_for_size,
 )
-from gpubackend.dispatch.jax.trust_region import DERIVATIVES_OPTION
+from gpubackend.dispatch.jax.trust_region import DERIVATIVES_OPTION, ScipyTrustRegion
 from gpubackend.scipy_options import scipy_method
 
 Objective = Callable[[jax.Array, tuple], jax.Array]
@@ -110,6 +110,9 @@ _UNTRACEABLE_IN_MESH = (
     HybridPowell,
     MinpackLevenbergMarquardt,
     optx.Newton,
+    # equinox's loop starts its carry's "previous step ran" flag unvarying; a verdict that varies
+    # over the mesh (scipy's, in the state) makes it varying.
+    ScipyTrustRegion,
 )
 
 
