@@ -101,6 +101,16 @@ def test_trust_region_budgets_end_where_scipys_do(method):
         assert assert_matches_reference(inputs, [success], [X0, A_VALUE], "JAX_GPU")[0] == converges
 
 
+@pytest.mark.parametrize("method", TRUST_REGION_METHODS)
+def test_a_nan_parameter_gives_a_nan_solution_and_failure(method):
+    """scipy's trust-exact raises at the NaN Hessian (NUMBA too); a traced function cannot."""
+    inputs, outputs, success = _minimize_problem(method, hess=True)
+    solution, solved = compile_checked(
+        inputs, [outputs[0], success], [X0, np.array([1.0, np.nan, 0.5])], "JAX_GPU"
+    )
+    assert np.isnan(solution).all() and not solved
+
+
 def test_trust_region_methods_without_the_hessian_raise_as_scipy_does():
     inputs, outputs, _ = _minimize_problem("trust-ncg")
     with pytest.raises(ValueError, match=r"trust-ncg.*hess=True"):

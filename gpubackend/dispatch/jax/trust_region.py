@@ -119,8 +119,11 @@ class ScipyTrustRegion(optx.AbstractMinimiser):
                 state.radius,
             ),
         )
-        # scipy breaks off before moving where the subproblem or the prediction fails.
-        broken = ~factored | (predicted <= 0)
+        # scipy breaks off before moving where the subproblem or the prediction fails. A NaN
+        # prediction (a NaN parameter) ends the solve too, where scipy would go on to maxiter
+        # without moving: under vmap every lane would wait for it.
+        no_decrease = ~(predicted > 0)
+        broken = ~factored | no_decrease
         accepted = (rho > self.eta) & ~broken
         iterations = state.iterations + 1
         gradient = jnp.where(accepted, gradient_trial, state.gradient)
@@ -128,7 +131,7 @@ class ScipyTrustRegion(optx.AbstractMinimiser):
             ~factored,
             LINALG_ERROR,
             jnp.where(
-                predicted <= 0,
+                no_decrease,
                 NO_PREDICTED_DECREASE,
                 jnp.where(
                     jnp.linalg.norm(gradient) < self.gtol,
