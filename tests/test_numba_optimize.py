@@ -12,6 +12,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+import scipy.optimize
 from pytensor.graph.replace import vectorize_graph
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 from pytensor.tensor.blockwise import Blockwise, BlockwiseWithCoreShape
@@ -408,6 +409,35 @@ def test_bfgs_out_of_iterations_at_the_optimum_fails_as_in_scipy():
     got = numba_function([x], [solution, success])(start)
     np.testing.assert_array_equal(got[0], want[0])
     assert bool(got[1]) == bool(want[1]) is False
+
+
+@pytest.mark.parametrize("xtol", [1e-2, 1e-3])
+def test_newton_cg_stops_at_scipys_update_size(xtol):
+    # scipy's xtol is an average over the variables: it stops once the update's 1-norm is at most
+    # n * xtol. Before: NUMBA required xtol itself, so with scipy's own iteration count as the
+    # budget it ran out (success False) where scipy converged.
+    x = pt.vector("x", shape=(4,))
+    objective = pt.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+    start = np.array([-1.2, 1.0, -1.2, 1.0])
+    scipy_iterations = scipy.optimize.minimize(
+        scipy.optimize.rosen,
+        start,
+        method="Newton-CG",
+        jac=scipy.optimize.rosen_der,
+        hess=scipy.optimize.rosen_hess,
+        options={"xtol": xtol},
+    ).nit
+    solution, success = minimize(
+        objective,
+        x,
+        method="Newton-CG",
+        hess=True,
+        optimizer_kwargs={"options": {"xtol": xtol, "maxiter": scipy_iterations}},
+    )
+    want = pytensor.function([x], [solution, success], mode=REFERENCE_MODE)(start)
+    got = numba_function([x], [solution, success])(start)
+    np.testing.assert_allclose(got[0], want[0], rtol=RTOL)
+    assert bool(got[1]) == bool(want[1]) is True
 
 
 @pytest.mark.parametrize("method", ["brentq", "bisect"])

@@ -4,7 +4,7 @@
 The Newton system is solved by truncated conjugate gradients (forcing term
 ``min(0.5, sqrt(|g|_1)) |g|_1``, stopping at negative curvature), followed by
 scipy's line search (Moré-Thuente, then strong Wolfe). Converges when the 1-norm of the last update
-is at most ``xtol``. ``fun(x, args)`` returns ``(f, grad, hess)``.
+is at most ``n * xtol`` (scipy's ``xtol`` is an average over the ``n`` variables). ``fun(x, args)`` returns ``(f, grad, hess)``.
 """
 
 from collections.abc import Callable
@@ -63,8 +63,9 @@ def make_newton_cg(fun: Callable) -> Callable:
 
     @numba_njit
     def solve(x0, args, settings):
-        xtol, c1, c2 = settings.xtol, settings.c1, settings.c2
+        c1, c2 = settings.c1, settings.c2
         xk = x0.astype(np.float64)
+        xtol = settings.xtol * xk.shape[0]
         maxiter = minimize_maxiter(settings.maxiter, xk.shape[0])
         fk, gk, hk = fun(xk, args)
         trial_x = np.empty_like(xk)

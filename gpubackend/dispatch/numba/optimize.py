@@ -59,7 +59,7 @@ from gpubackend.solvers.trust_exact import make_trust_exact
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 18
+SOLVER_CACHE_VERSION = 19
 
 
 # (op type, native solver) -> (problem adapter, solver factory). A vector
