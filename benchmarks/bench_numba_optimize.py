@@ -84,6 +84,8 @@ CASES = (
     Case("minimize", "L-BFGS-B", "rosenbrock2"),
     Case("minimize", "Newton-CG", "rosenbrock2", kwargs=(("hess", True),)),
     Case("minimize", "trust-exact", "rosenbrock2", kwargs=(("hess", True),)),
+    Case("minimize", "trust-ncg", "rosenbrock2", kwargs=(("hess", True),)),
+    Case("minimize", "dogleg", "rosenbrock2", kwargs=(("hess", True),)),
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),)),
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),), grad=True),
     Case("root", "hybr", "two_equations"),

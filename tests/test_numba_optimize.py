@@ -166,6 +166,133 @@ def test_minimize_method_matches_scipy(minimize_methods_problem, name):
     assert_matches_reference(minimize_methods_problem[name])
 
 
+TRUST_REGION_METHODS = ["trust-exact", "trust-ncg", "dogleg"]
+
+
+def _rosenbrock_scipy_iterations(method: str) -> int:
+    """scipy's own iteration count on `rosenbrock` (a = 1.3) from (-1.2, 1), default options."""
+
+    def gradient(x):
+        return np.array(
+            [-2 * (1.3 - x[0]) - 400 * x[0] * (x[1] - x[0] ** 2), 200 * (x[1] - x[0] ** 2)]
+        )
+
+    def hessian(x):
+        return np.array([[2 - 400 * x[1] + 1200 * x[0] ** 2, -400 * x[0]], [-400 * x[0], 200.0]])
+
+    result = scipy.optimize.minimize(
+        lambda x: rosenbrock(x, 1.3), [-1.2, 1.0], jac=gradient, hess=hessian, method=method
+    )
+    assert result.success, result.message
+    return result.nit
+
+
+@pytest.fixture(scope="module")
+def trust_region_problem():
+    """Per method: the tight solve with its implicit gradient in ``a``, a batch over ``a``
+    (Blockwise), and scipy's default options at one iteration short of scipy's count and at it."""
+    x = pt.vector("x")
+    a = pt.scalar("a")
+    batch_a = pt.vector("batch_a")
+    objective = rosenbrock(x, a)
+
+    def solve(method, **optimizer_kwargs):
+        return minimize(
+            objective,
+            x,
+            method=method,
+            hess=True,
+            use_vectorized_jac=True,
+            optimizer_kwargs=optimizer_kwargs,
+        )
+
+    outputs = []
+    for method in TRUST_REGION_METHODS:
+        solution, success = solve(method, tol=1e-12)
+        batched = vectorize_graph([solution, success], {a: batch_a})
+        scipy_count = _rosenbrock_scipy_iterations(method)
+        budget_successes = [
+            solve(method, options={"maxiter": limit})[1] for limit in (scipy_count - 1, scipy_count)
+        ]
+        outputs += [solution, success, pytensor.grad(solution.sum(), a), *batched]
+        outputs += budget_successes
+    inputs = [x, a, batch_a]
+    fn = numba_function(inputs, outputs)
+    values = (np.array([-1.2, 1.0]), 1.3, np.array([0.7, 1.3, 2.0]))
+    got = fn(*values)
+    expected = pytensor.function(inputs, outputs, mode=REFERENCE_MODE)(*values)
+    per_method = len(outputs) // len(TRUST_REGION_METHODS)
+    return {
+        "fn": fn,
+        **{
+            method: (
+                got[i * per_method : (i + 1) * per_method],
+                expected[i * per_method :][:per_method],
+            )
+            for i, method in enumerate(TRUST_REGION_METHODS)
+        },
+    }
+
+
+@pytest.mark.parametrize("method", TRUST_REGION_METHODS)
+def test_trust_region_method_matches_scipy_including_ift_gradient(trust_region_problem, method):
+    got, want = trust_region_problem[method]
+    assert_matches_reference((got[:3], want[:3]))
+    # Closed form for Rosenbrock: x* = (a, a^2), so d(sum x*)/da = 1 + 2a.
+    np.testing.assert_allclose(got[2], 1 + 2 * 1.3, rtol=RTOL)
+
+
+@pytest.mark.parametrize("method", TRUST_REGION_METHODS)
+def test_trust_region_method_batched_over_blockwise_matches_scipy(trust_region_problem, method):
+    # One native batched node per method (a bare Blockwise would run in object mode).
+    [_] = [
+        node
+        for node in trust_region_problem["fn"].maker.fgraph.apply_nodes
+        if isinstance(node.op, BlockwiseWithCoreShape) and node.op.core_op.method == method
+    ]
+    got, want = trust_region_problem[method]
+    np.testing.assert_allclose(got[3], want[3], rtol=RTOL)
+    assert got[4].all() and want[4].all()
+
+
+@pytest.mark.parametrize("method", TRUST_REGION_METHODS)
+def test_trust_region_budget_verdict_matches_scipy_at_its_own_count(trust_region_problem, method):
+    """One iteration short of scipy's count fails; scipy's count succeeds (the gradient test comes
+    before the budget's)."""
+    got, want = trust_region_problem[method]
+    assert [bool(s) for s in want[5:]] == [False, True]
+    assert [bool(s) for s in got[5:]] == [False, True]
+
+
+def test_dogleg_on_an_indefinite_hessian_fails_where_scipy_does():
+    # scipy's Cholesky factorisation fails (LinAlgError): success False at the start.
+    x = pt.vector("x")
+    solution, success = minimize(
+        x[0] ** 2 - x[1] ** 2 + x[1] ** 4, x, method="dogleg", jac=True, hess=True
+    )
+    start = np.array([1.0, 0.1])
+    want = pytensor.function([x], [solution, success], mode=REFERENCE_MODE)(start)
+    got = numba_function([x], [solution, success])(start)
+    np.testing.assert_array_equal(got[0], want[0])
+    assert bool(got[1]) == bool(want[1]) is False
+
+
+@pytest.mark.parametrize("method", TRUST_REGION_METHODS)
+def test_trust_region_options_scipy_refuses_raise(method):
+    x = pt.vector("x")
+    solution, _ = minimize(
+        ((x - 1.0) ** 2).sum(),
+        x,
+        method=method,
+        jac=True,
+        hess=True,
+        optimizer_kwargs={"options": {"initial_trust_radius": 2000.0}},
+    )
+    fn = numba_function([x], [solution])
+    with pytest.raises(ValueError, match="initial trust radius must be less than the max"):
+        fn(np.zeros(2))
+
+
 def test_lowering_is_native_and_inner_graph_is_baked_inplace(bfgs_problem):
     [compiled_op] = optimize_ops(bfgs_problem["fn"].maker.fgraph)
     canonical_op = bfgs_problem["canonical_op"]

@@ -131,24 +131,23 @@ OP_OPTIONS: dict[type, OpOptions] = {
             ),
             ScipyMethod("Newton-CG", s.NewtonCGSettings(), ("xtol",), numba=_NATIVE_WITH_HESS),
             ScipyMethod(
-                "trust-exact",
+                "trust-krylov",
                 s.TrustRegionSettings(),
                 ("gtol",),
-                lacks=_NOT_KRYLOV,
                 needs_hessian=True,
                 jax=_JAX_TRUST_REGION,
-                numba=_NATIVE_WITH_HESS,
             ),
             *(
                 ScipyMethod(
                     name,
                     s.TrustRegionSettings(),
                     ("gtol",),
-                    lacks=frozenset() if name == "trust-krylov" else _NOT_KRYLOV,
+                    lacks=_NOT_KRYLOV,
                     needs_hessian=True,
                     jax=_JAX_TRUST_REGION,
+                    numba=_NATIVE_WITH_HESS,
                 )
-                for name in ("trust-krylov", "trust-ncg", "dogleg")
+                for name in ("trust-exact", "trust-ncg", "dogleg")
             ),
         ),
         frozenset({"bounds"}),

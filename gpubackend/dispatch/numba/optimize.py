@@ -54,7 +54,11 @@ from gpubackend.solvers.newton_cg import make_newton_cg
 from gpubackend.solvers.newton_scalar import make_newton_scalar
 from gpubackend.solvers.projected_lbfgs import make_projected_lbfgs
 from gpubackend.solvers.secant import make_secant
-from gpubackend.solvers.trust_exact import make_trust_exact
+from gpubackend.solvers.trust_region_minimize import (
+    make_dogleg,
+    make_trust_exact,
+    make_trust_ncg,
+)
 
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
@@ -72,6 +76,8 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[Callable, Callable]] = {
     (MinimizeOp, "l-bfgs-b"): (problem.value_and_gradient, make_projected_lbfgs),
     (MinimizeOp, "newton-cg"): (problem.value_gradient_and_hessian, make_newton_cg),
     (MinimizeOp, "trust-exact"): (problem.value_gradient_and_hessian, make_trust_exact),
+    (MinimizeOp, "trust-ncg"): (problem.value_gradient_and_hessian, make_trust_ncg),
+    (MinimizeOp, "dogleg"): (problem.value_gradient_and_hessian, make_dogleg),
     (RootOp, "hybr"): (problem.residual_and_jacobian, make_hybrid_powell),
     (RootOp, "lm"): (problem.residual_and_jacobian, make_levenberg_marquardt),
     (MinimizeScalarOp, "brent"): (problem.scalar_value, make_brent_minimize),

@@ -1,0 +1,100 @@
+"""scipy's trust-region minimisation loop (``_minimize_trust_region``), one driver for
+``trust-exact``, ``trust-ncg`` and ``dogleg``: only the subproblem differs.
+
+The radius starts at ``initial_trust_radius`` and never exceeds
+``max_trust_radius``; a step is accepted when ``rho > eta``; the loop stops
+with success when ``|g|_2 < gtol`` (checked before the iteration budget, as
+scipy does), and fails when the budget runs out, the model predicts no
+decrease, or the subproblem fails (scipy's ``LinAlgError``). ``fun(x, args)``
+returns ``(f, grad, hess)``.
+
+Each subproblem is ``subproblem(hess, grad, radius) -> (step, hits_boundary, solved)``;
+``check_hessian(hess)`` runs on every Hessian evaluated and raises where scipy's
+subproblem would refuse it on construction.
+"""
+
+from collections.abc import Callable
+
+import numpy as np
+from pytensor.link.numba.dispatch.basic import numba_njit
+
+from gpubackend.solvers import minimize_maxiter
+from gpubackend.solvers.small_vectors import dot, norm
+from gpubackend.solvers.trust_exact import exact_subproblem, refuse_non_finite
+from gpubackend.solvers.trust_subproblems import dogleg_subproblem, steihaug_cg_subproblem
+
+
+@numba_njit
+def _accept_any(hessian):
+    """scipy's CG-Steihaug and dogleg subproblems look at the Hessian only when they solve."""
+
+
+@numba_njit
+def _refuse_bad_radii(settings):
+    """scipy's checks of the trust-region options, before it evaluates anything."""
+    if not 0.0 <= settings.eta < 0.25:
+        raise ValueError("invalid acceptance stringency: eta must be in [0, 0.25)")
+    if settings.max_trust_radius <= 0.0:
+        raise ValueError("the max trust radius must be positive")
+    if settings.initial_trust_radius <= 0.0:
+        raise ValueError("the initial trust radius must be positive")
+    if settings.initial_trust_radius >= settings.max_trust_radius:
+        raise ValueError("the initial trust radius must be less than the max trust radius")
+
+
+def make_trust_region_minimize(fun: Callable, subproblem: Callable, check_hessian: Callable):
+    """``solve(x0, args, settings: TrustRegionSettings) -> (x, converged)``."""
+
+    @numba_njit
+    def solve(x0, args, settings):
+        _refuse_bad_radii(settings)
+        gtol, radius = settings.gtol, settings.initial_trust_radius
+        x = x0.astype(np.float64)
+        maxiter = minimize_maxiter(settings.maxiter, x.shape[0])
+        f, g, h = fun(x, args)
+        check_hessian(h)
+        if not norm(g) >= gtol:
+            return x, True
+        k = 0
+        while True:
+            step, hits_boundary, solved = subproblem(h, g, radius)
+            if not solved:
+                return x, False
+            # scipy's rounding: the model's value first, then the reduction from f (a reduction
+            # below f's last digit is then 0, and fails as it does in scipy).
+            predicted = f - (f + dot(g, step) + 0.5 * dot(step, h @ step))
+            if predicted <= 0.0:
+                return x, False
+            x_new = x + step
+            f_new, g_new, h_new = fun(x_new, args)
+            check_hessian(h_new)
+            rho = (f - f_new) / predicted
+            if rho < 0.25:
+                radius *= 0.25
+            elif rho > 0.75 and hits_boundary:
+                radius = min(2.0 * radius, settings.max_trust_radius)
+            if rho > settings.eta:
+                x, f, g, h = x_new, f_new, g_new, h_new
+            k += 1
+            if norm(g) < gtol:
+                return x, True
+            if k >= maxiter:
+                return x, False
+
+    return solve
+
+
+def make_trust_exact(fun: Callable) -> Callable:
+    """scipy's ``trust-exact``: a non-finite Hessian (a NaN start) raises scipy's ``ValueError``."""
+    return make_trust_region_minimize(fun, exact_subproblem, refuse_non_finite)
+
+
+def make_trust_ncg(fun: Callable) -> Callable:
+    """scipy's ``trust-ncg``: Steihaug's truncated conjugate gradients."""
+    return make_trust_region_minimize(fun, steihaug_cg_subproblem, _accept_any)
+
+
+def make_dogleg(fun: Callable) -> Callable:
+    """scipy's ``dogleg``: fails (scipy's ``LinAlgError``) where the Hessian is not positive
+    definite."""
+    return make_trust_region_minimize(fun, dogleg_subproblem, _accept_any)
