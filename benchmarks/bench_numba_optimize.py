@@ -81,6 +81,7 @@ CASES = (
     Case("minimize", "BFGS", "rosenbrock10"),
     Case("minimize", "BFGS", "quartic3", options=(("tol", 1e-8),)),
     Case("minimize", "BFGS", "quartic3", options=(("tol", 1e-8),), grad=True),
+    Case("minimize", "CG", "rosenbrock2"),
     Case("minimize", "L-BFGS-B", "rosenbrock2"),
     Case("minimize", "Newton-CG", "rosenbrock2", kwargs=(("hess", True),)),
     Case("minimize", "trust-exact", "rosenbrock2", kwargs=(("hess", True),)),

@@ -167,6 +167,8 @@ def test_minimize_method_matches_scipy(minimize_methods_problem, name):
 
 
 TRUST_REGION_METHODS = ["trust-exact", "trust-ncg", "dogleg"]
+# Methods checked together: values, implicit gradient, batching and budgets against scipy.
+CHECKED_METHODS = [*TRUST_REGION_METHODS, "CG"]
 
 
 def _rosenbrock_scipy_iterations(method: str) -> int:
@@ -181,38 +183,44 @@ def _rosenbrock_scipy_iterations(method: str) -> int:
         return np.array([[2 - 400 * x[1] + 1200 * x[0] ** 2, -400 * x[0]], [-400 * x[0], 200.0]])
 
     result = scipy.optimize.minimize(
-        lambda x: rosenbrock(x, 1.3), [-1.2, 1.0], jac=gradient, hess=hessian, method=method
+        lambda x: rosenbrock(x, 1.3),
+        [-1.2, 1.0],
+        jac=gradient,
+        hess=hessian if method in TRUST_REGION_METHODS else None,
+        method=method,
     )
     assert result.success, result.message
     return result.nit
 
 
 @pytest.fixture(scope="module")
-def trust_region_problem():
+def checked_methods_problem():
     """Per method: the tight solve with its implicit gradient in ``a``, a batch over ``a``
-    (Blockwise), and scipy's default options at one iteration short of scipy's count and at it."""
+    (Blockwise), and the verdicts of scipy's default options with a budget around scipy's own
+    count."""
     x = pt.vector("x")
     a = pt.scalar("a")
     batch_a = pt.vector("batch_a")
     objective = rosenbrock(x, a)
 
     def solve(method, **optimizer_kwargs):
+        hessian = method in TRUST_REGION_METHODS
         return minimize(
             objective,
             x,
             method=method,
-            hess=True,
-            use_vectorized_jac=True,
+            hess=hessian,
+            use_vectorized_jac=hessian,
             optimizer_kwargs=optimizer_kwargs,
         )
 
     outputs = []
-    for method in TRUST_REGION_METHODS:
+    for method in CHECKED_METHODS:
         solution, success = solve(method, tol=1e-12)
         batched = vectorize_graph([solution, success], {a: batch_a})
-        scipy_count = _rosenbrock_scipy_iterations(method)
+        count = _rosenbrock_scipy_iterations(method)
         budget_successes = [
-            solve(method, options={"maxiter": limit})[1] for limit in (scipy_count - 1, scipy_count)
+            solve(method, options={"maxiter": limit})[1] for limit in (count - 1, count, count + 1)
         ]
         outputs += [solution, success, pytensor.grad(solution.sum(), a), *batched]
         outputs += budget_successes
@@ -221,47 +229,45 @@ def trust_region_problem():
     values = (np.array([-1.2, 1.0]), 1.3, np.array([0.7, 1.3, 2.0]))
     got = fn(*values)
     expected = pytensor.function(inputs, outputs, mode=REFERENCE_MODE)(*values)
-    per_method = len(outputs) // len(TRUST_REGION_METHODS)
+    size = len(outputs) // len(CHECKED_METHODS)
     return {
         "fn": fn,
         **{
-            method: (
-                got[i * per_method : (i + 1) * per_method],
-                expected[i * per_method :][:per_method],
-            )
-            for i, method in enumerate(TRUST_REGION_METHODS)
+            method: (got[i * size : (i + 1) * size], expected[i * size : (i + 1) * size])
+            for i, method in enumerate(CHECKED_METHODS)
         },
     }
 
 
-@pytest.mark.parametrize("method", TRUST_REGION_METHODS)
-def test_trust_region_method_matches_scipy_including_ift_gradient(trust_region_problem, method):
-    got, want = trust_region_problem[method]
+@pytest.mark.parametrize("method", CHECKED_METHODS)
+def test_method_matches_scipy_including_ift_gradient(checked_methods_problem, method):
+    got, want = checked_methods_problem[method]
     assert_matches_reference((got[:3], want[:3]))
     # Closed form for Rosenbrock: x* = (a, a^2), so d(sum x*)/da = 1 + 2a.
     np.testing.assert_allclose(got[2], 1 + 2 * 1.3, rtol=RTOL)
 
 
-@pytest.mark.parametrize("method", TRUST_REGION_METHODS)
-def test_trust_region_method_batched_over_blockwise_matches_scipy(trust_region_problem, method):
+@pytest.mark.parametrize("method", CHECKED_METHODS)
+def test_method_batched_over_blockwise_matches_scipy(checked_methods_problem, method):
     # One native batched node per method (a bare Blockwise would run in object mode).
     [_] = [
         node
-        for node in trust_region_problem["fn"].maker.fgraph.apply_nodes
+        for node in checked_methods_problem["fn"].maker.fgraph.apply_nodes
         if isinstance(node.op, BlockwiseWithCoreShape) and node.op.core_op.method == method
     ]
-    got, want = trust_region_problem[method]
+    got, want = checked_methods_problem[method]
     np.testing.assert_allclose(got[3], want[3], rtol=RTOL)
     assert got[4].all() and want[4].all()
 
 
-@pytest.mark.parametrize("method", TRUST_REGION_METHODS)
-def test_trust_region_budget_verdict_matches_scipy_at_its_own_count(trust_region_problem, method):
-    """One iteration short of scipy's count fails; scipy's count succeeds (the gradient test comes
-    before the budget's)."""
-    got, want = trust_region_problem[method]
-    assert [bool(s) for s in want[5:]] == [False, True]
-    assert [bool(s) for s in got[5:]] == [False, True]
+@pytest.mark.parametrize("method", CHECKED_METHODS)
+def test_budget_verdict_matches_scipy_around_its_own_count(checked_methods_problem, method):
+    """The trust-region methods succeed with exactly scipy's count (the gradient test comes before
+    the budget's); CG fails with it (out of iterations, whatever the last one did)."""
+    got, want = checked_methods_problem[method]
+    verdicts = [bool(s) for s in want[5:]]
+    assert verdicts[0] is False and verdicts[-1] is True
+    assert [bool(s) for s in got[5:]] == verdicts
 
 
 def test_dogleg_on_an_indefinite_hessian_fails_where_scipy_does():

@@ -120,7 +120,12 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 "BFGS", s.BFGS, ("gtol",), jax=JaxSupport(_ITERATIONS), numba=_NATIVE_WITH_JAC
             ),
             ScipyMethod(
-                "CG", s.CG, ("gtol",), lacks=frozenset({"xrtol"}), jax=JaxSupport(_ITERATIONS)
+                "CG",
+                s.CG,
+                ("gtol",),
+                lacks=frozenset({"xrtol"}),
+                jax=JaxSupport(_ITERATIONS),
+                numba=_NATIVE_WITH_JAC,
             ),
             ScipyMethod(
                 "L-BFGS-B",

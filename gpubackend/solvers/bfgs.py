@@ -72,7 +72,7 @@ def make_bfgs(fun: Callable) -> Callable:
         while gnorm > gtol and k < maxiter:
             _descent_direction(hess_inv, gk, pk)
             found, alpha, f_new, g_new = line_search(
-                xk, pk, args, fk, gk, old_old_fk, c1, c2, trial_x
+                xk, pk, args, fk, gk, old_old_fk, c1, c2, trial_x, None
             )
             if not found:
                 return xk, False

@@ -62,12 +62,20 @@ def initial_step(phi0, old_phi0, derphi0) -> float:
     return alpha1
 
 
-def make_strong_wolfe(fun: Callable) -> Callable:
-    """``search(xk, pk, args, phi0, gk, old_phi0, c1, c2, x) -> (found, alpha, f_new, g_new)``.
+@numba_njit(inline="always")
+def any_step(gk, pk, g_new, condition):
+    """No condition beyond strong Wolfe's (scipy's ``extra_condition=None``)."""
+    return True
 
-    The returned step satisfies the strong Wolfe conditions along ``pk``; when
-    ``found`` is False the other values are meaningless and the caller stops.
-    ``x`` is a work vector of the size of ``xk``.
+
+def make_strong_wolfe(fun: Callable, accept: Callable = any_step) -> Callable:
+    """``search(xk, pk, args, phi0, gk, old_phi0, c1, c2, x, condition) -> (found, alpha, f_new,
+    g_new)``.
+
+    The returned step satisfies the strong Wolfe conditions along ``pk`` and
+    ``accept(gk, pk, g_new, condition)`` (scipy's ``extra_condition``; ``condition``
+    is the caller's data for it); when ``found`` is False the other values are
+    meaningless and the caller stops. ``x`` is a work vector of the size of ``xk``.
     """
 
     @numba_njit
@@ -79,7 +87,9 @@ def make_strong_wolfe(fun: Callable) -> Callable:
         return f, g, dot(g, pk)
 
     @numba_njit
-    def zoom(xk, pk, args, x, a_lo, a_hi, phi_lo, phi_hi, derphi_lo, phi0, derphi0, c1, c2):
+    def zoom(
+        xk, pk, args, x, a_lo, a_hi, phi_lo, phi_hi, derphi_lo, phi0, derphi0, c1, c2, gk, condition
+    ):
         phi_rec = phi0
         a_rec = 0.0
         for i in range(_MAX_ZOOM_ITERS + 1):
@@ -103,7 +113,7 @@ def make_strong_wolfe(fun: Callable) -> Callable:
                 a_hi = a_j
                 phi_hi = phi_j
             else:
-                if abs(derphi_j) <= -c2 * derphi0:
+                if abs(derphi_j) <= -c2 * derphi0 and accept(gk, pk, g_j, condition):
                     return True, a_j, phi_j, g_j
                 if derphi_j * (a_hi - a_lo) >= 0:
                     phi_rec = phi_hi
@@ -119,7 +129,7 @@ def make_strong_wolfe(fun: Callable) -> Callable:
         return False, a_lo, phi_lo, np.empty_like(xk)
 
     @numba_njit
-    def search(xk, pk, args, phi0, gk, old_phi0, c1, c2, x):
+    def search(xk, pk, args, phi0, gk, old_phi0, c1, c2, x, condition):
         derphi0 = dot(gk, pk)
         alpha1 = initial_step(phi0, old_phi0, derphi0)
         alpha0 = 0.0
@@ -145,8 +155,10 @@ def make_strong_wolfe(fun: Callable) -> Callable:
                     derphi0,
                     c1,
                     c2,
+                    gk,
+                    condition,
                 )
-            if abs(derphi_a1) <= -c2 * derphi0:
+            if abs(derphi_a1) <= -c2 * derphi0 and accept(gk, pk, g_a1, condition):
                 return True, alpha1, phi_a1, g_a1
             if derphi_a1 >= 0:
                 return zoom(
@@ -163,6 +175,8 @@ def make_strong_wolfe(fun: Callable) -> Callable:
                     derphi0,
                     c1,
                     c2,
+                    gk,
+                    condition,
                 )
             alpha0 = alpha1
             alpha1 = 2.0 * alpha1

@@ -79,7 +79,7 @@ def make_newton_cg(fun: Callable) -> Callable:
             if not ok:
                 return xk, False
             found, alpha, _f_new, _g_new = line_search(
-                xk, pk, args, fk, gk, old_fk, c1, c2, trial_x
+                xk, pk, args, fk, gk, old_fk, c1, c2, trial_x, None
             )
             if not found:
                 return xk, False

@@ -47,6 +47,7 @@ from gpubackend.solvers.bisect import make_bisect
 from gpubackend.solvers.bounded_minimize import make_bounded_minimize
 from gpubackend.solvers.brent_minimize import make_brent_minimize
 from gpubackend.solvers.brentq import make_brentq
+from gpubackend.solvers.conjugate_gradient import make_conjugate_gradient
 from gpubackend.solvers.golden import make_golden
 from gpubackend.solvers.hybrid_powell import make_hybrid_powell
 from gpubackend.solvers.levenberg_marquardt import make_levenberg_marquardt
@@ -63,7 +64,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 19
+SOLVER_CACHE_VERSION = 20
 
 
 # (op type, native solver) -> (problem adapter, solver factory). A vector
@@ -73,6 +74,7 @@ SOLVER_CACHE_VERSION = 19
 # is the method's typed scipy settings (`gpubackend.scipy_options.settings`).
 NATIVE_SOLVERS: dict[tuple[type, str], tuple[Callable, Callable]] = {
     (MinimizeOp, "bfgs"): (problem.value_and_gradient, make_bfgs),
+    (MinimizeOp, "cg"): (problem.value_and_gradient, make_conjugate_gradient),
     (MinimizeOp, "l-bfgs-b"): (problem.value_and_gradient, make_projected_lbfgs),
     (MinimizeOp, "newton-cg"): (problem.value_gradient_and_hessian, make_newton_cg),
     (MinimizeOp, "trust-exact"): (problem.value_gradient_and_hessian, make_trust_exact),

@@ -64,8 +64,8 @@ def solver_plan(op: ScipyWrapperOp) -> SolverPlan:
     except UnsupportedOption as reason:
         raise NoNativeSolver(str(reason)) from None
     settings = resolved.settings
-    if isinstance(settings, LineSearchSettings) and key == "bfgs" and settings.norm != np.inf:
-        raise NoNativeSolver("BFGS is native only with norm=inf")
+    if isinstance(settings, LineSearchSettings) and settings.norm != np.inf:
+        raise NoNativeSolver(f"{resolved.method.name} is native only with norm=inf")
     if isinstance(op, RootScalarOp) and key == "newton" and not op.jac:
         # Without a derivative output scipy runs Newton on a forward difference; so do we.
         key = "newton-forward-difference"
