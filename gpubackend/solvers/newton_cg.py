@@ -4,7 +4,8 @@
 The Newton system is solved by truncated conjugate gradients (forcing term
 ``min(0.5, sqrt(|g|_1)) |g|_1``, stopping at negative curvature), followed by
 scipy's line search (Moré-Thuente, then strong Wolfe). Converges when the 1-norm of the last update
-is at most ``n * xtol`` (scipy's ``xtol`` is an average over the ``n`` variables). ``fun(x, args)`` returns ``(f, grad, hess)``.
+is at most ``n * xtol`` (scipy's ``xtol`` is an average over the ``n`` variables).
+``fun(x, args)`` returns ``(f, grad, hess)``.
 """
 
 from collections.abc import Callable
