@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TypedDict
 
 import numpy as np
@@ -66,11 +67,13 @@ def register_case(
     batch_axes: tuple[int | None, ...] | None = None,
     inplace_opportunity: bool = False,
     host_reads: int = 0,
+    name: str | None = None,
 ) -> Callable[[Callable[[], CaseGraph]], Callable[[], CaseGraph]]:
-    """Add a builder to `CATALOGUE` under its function name (without a leading ``case_``)."""
+    """Add a builder to `CATALOGUE` under ``name``, by default its function name (without a leading
+    ``case_``)."""
 
     def decorator(build: Callable[[], CaseGraph]) -> Callable[[], CaseGraph]:
-        case_name = build.__name__.removeprefix("case_")
+        case_name = name or build.__name__.removeprefix("case_")
         if case_name in CATALOGUE:
             raise ValueError(f"Conformance case {case_name!r} is registered twice")
         CATALOGUE[case_name] = Case(
@@ -479,23 +482,21 @@ def case_minimize_grad() -> CaseGraph:
     return _solver_case(x, a, solved, [np.zeros(3), [0.5, -1.0, 2.0]])
 
 
-def _register_second_order_case(method: str) -> None:
+def _second_order_case(method: str) -> CaseGraph:
     """``minimize(method=...)`` with the op's Hessian output (``hess=True``), which the method
     needs."""
-
-    def build() -> CaseGraph:
-        x, a = pt.vector("x"), pt.vector("a")
-        solved = minimize(
-            _quartic_objective(x, a), x, method=method, hess=True, optimizer_kwargs={"tol": 1e-8}
-        )
-        return _solver_case(x, a, solved, [np.zeros(3), [0.5, -1.0, 2.0]])
-
-    build.__name__ = f"case_minimize_{method.replace('-', '_')}_grad"
-    register_case("optimize")(build)
+    x, a = pt.vector("x"), pt.vector("a")
+    solved = minimize(
+        _quartic_objective(x, a), x, method=method, hess=True, optimizer_kwargs={"tol": 1e-8}
+    )
+    return _solver_case(x, a, solved, [np.zeros(3), [0.5, -1.0, 2.0]])
 
 
+# A partial of a module-level function, not a closure: the conformance workers get cases pickled.
 for _method in ("trust-exact", "trust-krylov", "trust-ncg", "dogleg"):
-    _register_second_order_case(_method)
+    register_case("optimize", name=f"minimize_{_method.replace('-', '_')}_grad")(
+        partial(_second_order_case, _method)
+    )
 
 
 @register_case("optimize")
