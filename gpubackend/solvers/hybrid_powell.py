@@ -2,8 +2,9 @@
 solver behind scipy's ``root(method="hybr")``.
 
 The iteration is MINPACK's, step for step: the Jacobian is evaluated at the
-start and again only after two failed steps in a row; in between, Broyden's
-rank-one update corrects its QR factorization. The trust region, the scaling
+start and again only after two failed steps in a row (a trial point evaluates
+the equations alone: ``hybrj``'s ``fcn`` with ``iflag`` 1, not 2); in between,
+Broyden's rank-one update corrects its QR factorization. The trust region, the scaling
 by the Jacobian's column norms, the step (`scaled_dogleg`) and the five
 verdicts (converged, ``maxfev`` reached, ``xtol`` too small, and two kinds of
 slow progress) are ``hybrj``'s, so a budget of a few evaluations ends where
@@ -164,8 +165,9 @@ def _rank_one_update(r, q, qtf, u, v):
                 rows[i, j] = rotated
 
 
-def make_hybrid_powell(fun: Callable) -> Callable:
-    """``solve(x0, args, settings: HybrSettings) -> (x, converged)``; ``fun`` returns ``(F, J)``."""
+def make_hybrid_powell(residual: Callable, jacobian: Callable) -> Callable:
+    """``solve(x0, args, settings: HybrSettings) -> (x, converged)``; ``residual(x, args)`` returns
+    ``F``, ``jacobian(x, args)`` its Jacobian."""
 
     @numba_njit
     def solve(x0, args, settings):
@@ -173,7 +175,7 @@ def make_hybrid_powell(fun: Callable) -> Callable:
         x = x0.astype(np.float64)
         n = x.shape[0]
         maxfev = minpack_maxfev(settings.maxfev, n)
-        fvec, jacobian = fun(x, args)
+        fvec = residual(x, args)
         nfev = 1
         fnorm = norm(fvec)
         if not all_finite(fvec):
@@ -187,7 +189,7 @@ def make_hybrid_powell(fun: Callable) -> Callable:
         delta = xnorm = 0.0
         while True:
             # (Re)evaluate the Jacobian: at the start, and after two failed steps in a row.
-            factored = jacobian.astype(np.float64)
+            factored = jacobian(x, args).astype(np.float64)
             if not all_finite(factored):
                 return x, False
             householder_qr(factored, False, rdiag, norms, permutation)
@@ -206,7 +208,7 @@ def make_hybrid_powell(fun: Callable) -> Callable:
                 pnorm = norm(diag * p)
                 if first:
                     delta = min(delta, pnorm)
-                fvec_new, jacobian_new = fun(x_new, args)
+                fvec_new = residual(x_new, args)
                 nfev += 1
                 fnorm_new = norm(fvec_new) if all_finite(fvec_new) else np.inf
                 actual = 1.0 - (fnorm_new / fnorm) ** 2 if fnorm_new < fnorm else -1.0
@@ -228,7 +230,7 @@ def make_hybrid_powell(fun: Callable) -> Callable:
                 accepted = ratio >= 1e-4
                 if accepted:
                     x = x_new
-                    fvec, jacobian = fvec_new, jacobian_new
+                    fvec = fvec_new
                     xnorm = norm(diag * x)
                     fnorm = fnorm_new
                     first = False

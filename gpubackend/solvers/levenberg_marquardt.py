@@ -1,17 +1,18 @@
 """Levenberg-Marquardt for ``F(x) = 0`` with an analytic Jacobian: MINPACK's ``lmder``, the solver
 behind scipy's ``root(method="lm")``.
 
-The iteration is MINPACK's, step for step: the Jacobian is factored by
-Householder reflections with column pivoting at every accepted point; each
-trial step solves the damped least-squares problem whose step fills the trust
-region (`levenberg_marquardt_parameter`, MINPACK's ``lmpar``, with the damped
-system solved by Givens rotations, ``qrsolv``); the trust region, the scaling by
-the Jacobian's column norms and the verdicts are ``lmder``'s. Converged: small
-actual and predicted reductions (``ftol``), a trust region below ``xtol``
-relative to the scaled iterate, or a gradient cosine below ``gtol`` (an exact
-root has cosine 0); failed: ``maxfev`` evaluations, or tolerances below what
-the arithmetic resolves. So a budget of a few evaluations ends where scipy's
-does, with the same ``success``.
+The iteration is MINPACK's, step for step: the Jacobian is evaluated and
+factored by Householder reflections with column pivoting at every accepted
+point (a trial point evaluates the equations alone: ``lmder``'s ``fcn`` with
+``iflag`` 1, not 2); each trial step solves the damped least-squares problem
+whose step fills the trust region (`levenberg_marquardt_parameter`, MINPACK's
+``lmpar``, with the damped system solved by Givens rotations, ``qrsolv``); the
+trust region, the scaling by the Jacobian's column norms and the verdicts are
+``lmder``'s. Converged: small actual and predicted reductions (``ftol``), a
+trust region below ``xtol`` relative to the scaled iterate, or a gradient
+cosine below ``gtol`` (an exact root has cosine 0); failed: ``maxfev``
+evaluations, or tolerances below what the arithmetic resolves. So a budget of a
+few evaluations ends where scipy's does, with the same ``success``.
 """
 
 from collections.abc import Callable
@@ -167,10 +168,12 @@ def levenberg_marquardt_parameter(r, permutation, diag, qtb, delta, par, x):
     return par
 
 
-def make_levenberg_marquardt(fun: Callable) -> Callable:
-    """``solve(x0, args, settings: LMSettings) -> (x, converged)``; ``fun`` returns ``(F, J)``.
+def make_levenberg_marquardt(residual: Callable, jacobian: Callable) -> Callable:
+    """``solve(x0, args, settings: LMSettings) -> (x, converged)``; ``residual(x, args)`` returns
+    ``F``, ``jacobian(x, args)`` its Jacobian.
 
-    ``settings.maxiter`` counts evaluations of ``fun``, as scipy's does (MINPACK's ``maxfev``).
+    ``settings.maxiter`` counts evaluations of ``residual``, as scipy's does (MINPACK's
+    ``maxfev``).
     """
 
     @numba_njit
@@ -179,7 +182,7 @@ def make_levenberg_marquardt(fun: Callable) -> Callable:
         x = x0.astype(np.float64)
         n = x.shape[0]
         maxfev = minpack_maxfev(settings.maxiter, n)
-        fvec, jacobian = fun(x, args)
+        fvec = residual(x, args)
         nfev = 1
         if not all_finite(fvec):
             return x, False
@@ -193,7 +196,7 @@ def make_levenberg_marquardt(fun: Callable) -> Callable:
         first = True
         delta = xnorm = 0.0
         while True:
-            r = jacobian.astype(np.float64)
+            r = jacobian(x, args).astype(np.float64)
             if not all_finite(r):
                 return x, False
             householder_qr(r, True, rdiag, norms, permutation)
@@ -225,7 +228,7 @@ def make_levenberg_marquardt(fun: Callable) -> Callable:
                 pnorm = norm(diag * p)
                 if first:
                     delta = min(delta, pnorm)
-                fvec_new, jacobian_new = fun(x_new, args)
+                fvec_new = residual(x_new, args)
                 nfev += 1
                 # NaN where the equations are: no reduction, as MINPACK's comparisons read it.
                 fnorm_new = norm(fvec_new)
@@ -256,7 +259,7 @@ def make_levenberg_marquardt(fun: Callable) -> Callable:
                 accepted = ratio >= 1e-4
                 if accepted:
                     x = x_new
-                    fvec, jacobian = fvec_new, jacobian_new
+                    fvec = fvec_new
                     xnorm = norm(diag * x)
                     fnorm = fnorm_new
                     first = False

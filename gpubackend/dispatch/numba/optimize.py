@@ -2,12 +2,14 @@
 
 `MinimizeOp`, `RootOp`, `MinimizeScalarOp` and `RootScalarOp` run scipy in
 Numba object mode under stock PyTensor. Here each op's frozen inner graph
-(already optimized and inplace-baked by `gpubackend.rewrites.numba`)
-is funcified as is (a scalar problem's single scalar op on floats, `scalar_core`) and handed to a
-solver from `gpubackend.solvers` inside one
-jitted function, so the objective is compiled into the solver. Each lowering
-carries a cache key (the inner graph's key, the solver and its settings), so
-PyTensor's on-disk Numba cache serves later processes.
+(already optimized and inplace-baked by `gpubackend.rewrites.numba`) is
+funcified once per function the solver calls, restricted to the outputs that
+function reads (a root finder's equations alone and its Jacobian alone; a
+scalar problem's single scalar op on floats, `scalar_core`), and handed to a
+solver from `gpubackend.solvers` inside one jitted function, so the objective
+is compiled into the solver. Each lowering carries a cache key (the inner
+graphs' keys, the solver and its settings), so PyTensor's on-disk Numba cache
+serves later processes.
 
 A configuration with no native solver (see `optimize_plan`) keeps the
 object-mode path and emits one `ObjectModeFallbackWarning` naming the method.
@@ -21,6 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 from pytensor.graph.basic import Apply
+from pytensor.graph.fg import FrozenFunctionGraph
+from pytensor.graph.traversal import applys_between
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch.basic import (
     generate_fallback_impl,
@@ -64,35 +68,37 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 20
+SOLVER_CACHE_VERSION = 21
 
 
-# (op type, native solver) -> (problem adapter, solver factory). A vector
-# solver is ``make(fun)(x0, args, settings) -> (x, converged)``; a scalar one
-# (the ops deriving from `ScipyScalarWrapperOp`) is
-# ``make(fun)(args, x0, interval, settings) -> (x, converged)``; ``settings``
+# (op type, native solver) -> (the solver's evaluations, solver factory). The
+# factory takes one jitted ``fun(x, args)`` per evaluation (`optimize_problem`):
+# a vector solver is ``make(*funs)(x0, args, settings) -> (x, converged)``; a
+# scalar one (the ops deriving from `ScipyScalarWrapperOp`) is
+# ``make(*funs)(args, x0, interval, settings) -> (x, converged)``; ``settings``
 # is the method's typed scipy settings (`gpubackend.scipy_options.settings`).
-NATIVE_SOLVERS: dict[tuple[type, str], tuple[Callable, Callable]] = {
-    (MinimizeOp, "bfgs"): (problem.value_and_gradient, make_bfgs),
-    (MinimizeOp, "cg"): (problem.value_and_gradient, make_conjugate_gradient),
-    (MinimizeOp, "l-bfgs-b"): (problem.value_and_gradient, make_projected_lbfgs),
-    (MinimizeOp, "newton-cg"): (problem.value_gradient_and_hessian, make_newton_cg),
-    (MinimizeOp, "trust-exact"): (problem.value_gradient_and_hessian, make_trust_exact),
-    (MinimizeOp, "trust-ncg"): (problem.value_gradient_and_hessian, make_trust_ncg),
-    (MinimizeOp, "dogleg"): (problem.value_gradient_and_hessian, make_dogleg),
-    (RootOp, "hybr"): (problem.residual_and_jacobian, make_hybrid_powell),
-    (RootOp, "lm"): (problem.residual_and_jacobian, make_levenberg_marquardt),
-    (MinimizeScalarOp, "brent"): (problem.scalar_value, make_brent_minimize),
-    (MinimizeScalarOp, "golden"): (problem.scalar_value, make_golden),
-    (MinimizeScalarOp, "bounded"): (problem.scalar_value, make_bounded_minimize),
-    (RootScalarOp, "brentq"): (problem.scalar_value, make_brentq),
-    (RootScalarOp, "bisect"): (problem.scalar_value, make_bisect),
-    (RootScalarOp, "newton"): (problem.scalar_value_and_derivative, make_newton_scalar),
+NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Callable]] = {
+    (MinimizeOp, "bfgs"): ((problem.VALUE_AND_GRADIENT,), make_bfgs),
+    (MinimizeOp, "cg"): ((problem.VALUE_AND_GRADIENT,), make_conjugate_gradient),
+    (MinimizeOp, "l-bfgs-b"): ((problem.VALUE_AND_GRADIENT,), make_projected_lbfgs),
+    (MinimizeOp, "newton-cg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_newton_cg),
+    (MinimizeOp, "trust-exact"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_exact),
+    (MinimizeOp, "trust-ncg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_ncg),
+    (MinimizeOp, "dogleg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_dogleg),
+    # MINPACK asks for the equations at every trial point, the Jacobian only where it refactors.
+    (RootOp, "hybr"): ((problem.RESIDUAL, problem.JACOBIAN), make_hybrid_powell),
+    (RootOp, "lm"): ((problem.RESIDUAL, problem.JACOBIAN), make_levenberg_marquardt),
+    (MinimizeScalarOp, "brent"): ((problem.SCALAR_VALUE,), make_brent_minimize),
+    (MinimizeScalarOp, "golden"): ((problem.SCALAR_VALUE,), make_golden),
+    (MinimizeScalarOp, "bounded"): ((problem.SCALAR_VALUE,), make_bounded_minimize),
+    (RootScalarOp, "brentq"): ((problem.SCALAR_VALUE,), make_brentq),
+    (RootScalarOp, "bisect"): ((problem.SCALAR_VALUE,), make_bisect),
+    (RootScalarOp, "newton"): ((problem.SCALAR_VALUE_AND_DERIVATIVE,), make_newton_scalar),
     (RootScalarOp, "newton-forward-difference"): (
-        problem.scalar_value_and_forward_difference,
+        (problem.SCALAR_VALUE_AND_FORWARD_DIFFERENCE,),
         make_newton_scalar,
     ),
-    (RootScalarOp, "secant"): (problem.scalar_value, make_secant),
+    (RootScalarOp, "secant"): ((problem.SCALAR_VALUE,), make_secant),
 }
 
 
@@ -167,6 +173,36 @@ def _interval_name(op: ScipyWrapperOp) -> str | None:
     return None
 
 
+def _outputs_subgraph(fgraph, outputs: tuple[int, ...]) -> FrozenFunctionGraph:
+    """The inner graph computing only ``outputs`` (its inputs all kept), its nodes in the order
+    baked with inplace: leaving out nodes keeps every buffer read before it is overwritten."""
+    if outputs == tuple(range(len(fgraph.outputs))):
+        return fgraph
+    wanted = [fgraph.outputs[position] for position in outputs]
+    needed = set(applys_between(fgraph.inputs, wanted))
+    return FrozenFunctionGraph.from_toposort(
+        fgraph.inputs, wanted, [node for node in fgraph.toposort() if node in needed]
+    )
+
+
+def _lower_evaluation(
+    op: ScipyWrapperOp, evaluation: problem.Evaluation, on_floats: bool, ofg_memo
+) -> tuple[Callable, str | None]:
+    """The jitted ``fun(x, args)`` of one evaluation and its inner graph's cache key."""
+    fgraph = _outputs_subgraph(op.fgraph, evaluation.outputs)
+    inner, inner_key = numba_funcify_and_cache_key(
+        fgraph, fgraph_name=f"numba_{type(op).__name__.lower()}_inner", ofg_memo=ofg_memo
+    )
+    x_type = op.inner_inputs[0].type
+    # The whole graph's scalar op computes any subset of its outputs too.
+    core = scalar_core(fgraph) if on_floats else None
+    if core is not None:
+        return evaluation.adapter(core, problem.scalar_to_float(x_type.dtype)), inner_key
+    if isinstance(op, ScipyScalarWrapperOp):
+        return evaluation.adapter(inner, problem.scalar_to_inner(x_type.dtype)), inner_key
+    return evaluation.adapter(inner, problem.vector_to_inner(x_type.ndim, x_type.dtype)), inner_key
+
+
 def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | None]:
     refuse_before_scipy(op)  # before object mode can hand scipy what crashes it
     try:
@@ -174,26 +210,21 @@ def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | N
     except NoNativeSolver as reason:
         return _object_mode(op, node, str(reason), **kwargs)
 
-    inner, inner_key = numba_funcify_and_cache_key(
-        op.fgraph,
-        fgraph_name=f"numba_{type(op).__name__.lower()}_inner",
-        ofg_memo=kwargs.get("ofg_memo"),
+    on_floats = isinstance(op, ScipyScalarWrapperOp) and scalar_core(op.fgraph) is not None
+    evaluations, make_solver = NATIVE_SOLVERS[(type(op), plan.solver)]
+    funs, inner_keys = zip(
+        *(
+            _lower_evaluation(op, evaluation, on_floats, kwargs.get("ofg_memo"))
+            for evaluation in evaluations
+        ),
+        strict=True,
     )
-    on_floats = scalar_core(op.fgraph) if isinstance(op, ScipyScalarWrapperOp) else None
     x_type = op.inner_inputs[0].type
-    adapter, make_solver = NATIVE_SOLVERS[(type(op), plan.solver)]
-    if on_floats is not None:
-        fun = adapter(on_floats, problem.scalar_to_float(x_type.dtype))
-        run = _scalar_runner(make_solver(fun), plan.settings, x_type.dtype)
-    elif isinstance(op, ScipyScalarWrapperOp):
-        fun = adapter(inner, problem.scalar_to_inner(x_type.dtype))
-        run = _scalar_runner(make_solver(fun), plan.settings, x_type.dtype)
-    else:
-        fun = adapter(inner, problem.vector_to_inner(x_type.ndim, x_type.dtype))
-        run = _vector_runner(make_solver(fun), plan.settings, x_type.dtype)
-    lowered = _bind_inputs(op, run, _interval_name(op), scalar_args=on_floats is not None)
+    runner = _scalar_runner if isinstance(op, ScipyScalarWrapperOp) else _vector_runner
+    run = runner(make_solver(*funs), plan.settings, x_type.dtype)
+    lowered = _bind_inputs(op, run, _interval_name(op), scalar_args=on_floats)
 
-    if inner_key is None:
+    if None in inner_keys:
         return lowered, None
     key = sha256(
         str(
@@ -203,12 +234,12 @@ def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | N
                 op.bound_kwargs,
                 x_type.ndim,
                 x_type.dtype,
-                inner_key,
-                on_floats is not None,
+                inner_keys,
+                on_floats,
                 SOLVER_CACHE_VERSION,
                 __name__,
                 make_solver.__module__,
-                adapter.__module__,
+                problem.__name__,
             )
         ).encode()
     ).hexdigest()

@@ -5,9 +5,15 @@ scipy does. The inner graph takes ``x`` with the op's dtype and rank (a 0-d
 ``x`` is allowed by `MinimizeOp`/`RootOp`). Each factory below is called once
 at lowering time and returns a jitted ``fun(x, args)`` that casts only where
 the dtype or rank differ, so a float64 vector problem is called as is.
+
+An `Evaluation` pairs a factory with the inner-graph outputs it reads: the
+lowering compiles the inner graph restricted to those, so a solver that asks
+for the equations alone (a root finder's trial point) does not pay for the
+Jacobian.
 """
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 from numba.core import types
@@ -71,10 +77,20 @@ def as_float(value) -> float:
     return _float_of(value)
 
 
+def _first_output(inner: Callable, to_inner: Callable, first: Callable) -> Callable:
+    """``fun(x, args) -> first(output 0)`` of the inner function."""
+
+    @numba_njit
+    def fun(x, args):
+        return first(inner(to_inner(x), *args)[0])
+
+    return fun
+
+
 def _first_two_outputs(
     inner: Callable, to_inner: Callable, first: Callable, second: Callable
 ) -> Callable:
-    """``fun(x, args) -> (first(output 0), second(output 1))`` of the inner graph."""
+    """``fun(x, args) -> (first(output 0), second(output 1))`` of the inner function."""
 
     @numba_njit
     def fun(x, args):
@@ -89,19 +105,19 @@ def value_and_gradient(inner: Callable, to_inner: Callable) -> Callable:
     return _first_two_outputs(inner, to_inner, as_float, as_float64_vector)
 
 
-def residual_and_jacobian(inner: Callable, to_inner: Callable) -> Callable:
-    """``fun(x, args) -> (F, J)`` from an inner graph returning (equations, jacobian)."""
-    return _first_two_outputs(inner, to_inner, as_float64_vector, as_float64_matrix)
+def residual(inner: Callable, to_inner: Callable) -> Callable:
+    """``fun(x, args) -> F`` from an inner function returning the equations."""
+    return _first_output(inner, to_inner, as_float64_vector)
+
+
+def jacobian(inner: Callable, to_inner: Callable) -> Callable:
+    """``fun(x, args) -> J`` from an inner function returning the equations' Jacobian."""
+    return _first_output(inner, to_inner, as_float64_matrix)
 
 
 def scalar_value(inner: Callable, to_inner: Callable) -> Callable:
     """``fun(x, args) -> f`` for a scalar problem (first inner output)."""
-
-    @numba_njit
-    def fun(x, args):
-        return as_float(inner(to_inner(x), *args)[0])
-
-    return fun
+    return _first_output(inner, to_inner, as_float)
 
 
 def scalar_value_and_derivative(inner: Callable, to_inner: Callable) -> Callable:
@@ -137,3 +153,23 @@ def value_gradient_and_hessian(inner: Callable, to_inner: Callable) -> Callable:
         return as_float(outputs[0]), as_float64_vector(outputs[1]), as_float64_matrix(outputs[2])
 
     return fun
+
+
+class Evaluation(NamedTuple):
+    """One function a solver calls: the inner-graph outputs it reads (only they are computed, in
+    this order) and the factory above that hands them over (``adapter(inner, to_inner)``)."""
+
+    outputs: tuple[int, ...]
+    adapter: Callable[[Callable, Callable], Callable]
+
+
+# The inner graphs' outputs: MinimizeOp (objective, gradient, Hessian), RootOp
+# (equations, Jacobian), the scalar ops (value, derivative); each op holds the
+# first and those its flags ask for.
+VALUE_AND_GRADIENT = Evaluation((0, 1), value_and_gradient)
+VALUE_GRADIENT_AND_HESSIAN = Evaluation((0, 1, 2), value_gradient_and_hessian)
+RESIDUAL = Evaluation((0,), residual)
+JACOBIAN = Evaluation((1,), jacobian)
+SCALAR_VALUE = Evaluation((0,), scalar_value)
+SCALAR_VALUE_AND_DERIVATIVE = Evaluation((0, 1), scalar_value_and_derivative)
+SCALAR_VALUE_AND_FORWARD_DIFFERENCE = Evaluation((0,), scalar_value_and_forward_difference)
