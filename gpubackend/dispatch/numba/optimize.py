@@ -173,7 +173,7 @@ def _interval_name(op: ScipyWrapperOp) -> str | None:
     return None
 
 
-def _outputs_subgraph(fgraph, outputs: tuple[int, ...]) -> FrozenFunctionGraph:
+def _outputs_subgraph(fgraph: FrozenFunctionGraph, outputs: tuple[int, ...]) -> FrozenFunctionGraph:
     """The inner graph computing only ``outputs`` (its inputs all kept), its nodes in the order
     baked with inplace: leaving out nodes keeps every buffer read before it is overwritten."""
     if outputs == tuple(range(len(fgraph.outputs))):
