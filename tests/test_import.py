@@ -134,6 +134,32 @@ print(json.dumps({{"minimize": numba_funcify.dispatch(MinimizeOp).__module__, "l
     assert "jax" not in seen["loaded"]
 
 
+NUMBA_SIDE_MODULES = [
+    *sorted(
+        f"gpubackend.solvers.{path.stem}"
+        for path in (REPO / "gpubackend" / "solvers").glob("*.py")
+        if path.stem != "__init__"
+    ),
+    "gpubackend.dispatch.numba.optimize",
+]
+
+
+@pytest.mark.parametrize("module", NUMBA_SIDE_MODULES)
+def test_importing_a_solver_module_first_registers_the_numba_lowerings(module):
+    """A solver module loads PyTensor's Numba dispatch, whose hook imports the lowerings, which
+    import every solver module. Before: ImportError, "cannot import name 'minimize_maxiter' from
+    partially initialized module 'gpubackend.solvers'"."""
+    script = f"""
+import json
+import gpubackend
+import {module}
+from pytensor.link.numba.dispatch import numba_funcify
+from pytensor.tensor.optimize import MinimizeOp
+print(json.dumps(numba_funcify.dispatch(MinimizeOp).__module__))
+"""
+    assert run_fresh(script) == "gpubackend.dispatch.numba.optimize"
+
+
 def test_optimistix_loads_with_the_first_optimize_op_lowered():
     script = f"""
 import json, sys

@@ -19,11 +19,15 @@ does to the rest of the compiled graph. scipy's size-dependent budgets
 (`gpubackend.scipy_options.budgets`) are compiled here for them.
 """
 
-# PyTensor's Numba dispatch first: importing it registers gpubackend's lowerings,
-# which import the solver modules, so it must not happen halfway through one.
-from pytensor.link.numba.dispatch.basic import numba_njit
+import numba
 
 from gpubackend.scipy_options import budgets
 
-minimize_maxiter = numba_njit(budgets.minimize_maxiter)
-minpack_maxfev = numba_njit(budgets.minpack_maxfev)
+# Compiled with numba's own njit, before anything loads PyTensor's Numba dispatch: loading it
+# registers gpubackend's lowerings, which import the solver modules, and they import these from a
+# package still initialising (integer arithmetic: PyTensor's fastmath flags change nothing here).
+minimize_maxiter = numba.njit(budgets.minimize_maxiter)
+minpack_maxfev = numba.njit(budgets.minpack_maxfev)
+
+# PyTensor's Numba dispatch next, so that it does not load halfway through a solver module.
+import pytensor.link.numba.dispatch  # noqa: E402, F401
