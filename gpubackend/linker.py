@@ -244,11 +244,10 @@ class JAXGPULinker(DispatchingJAXLinker):
     def lowering_context(self) -> LoweringContext:
         # The graph lowers to its function and how the call reads back (`fgraph_convert`). The
         # jitted graph serves PyTensor's calls only: JAX never differentiates it.
-        on_cpu = _linked(self.placement).platform == "cpu"
         return LoweringContext(
             reads_back=True,
             jax_differentiable=False,
-            split_ladder=on_cpu,
+            split_ladder=_linked(self.placement).on_host_platform,
             inner_index_checks=_linked(self.inner_index_checks),
         )
 
@@ -353,7 +352,7 @@ class JAXGPULinker(DispatchingJAXLinker):
                     out_shardings=(None, placement.output_sharding),
                     in_shardings=in_shardings,
                 ),
-                on_host_platform=placement.platform == "cpu",
+                on_host_platform=placement.on_host_platform,
             )
 
         return self._outputs_to_host(self._jit_graph(lowered, jitted))
@@ -388,7 +387,7 @@ class JAXGPULinker(DispatchingJAXLinker):
         # the shared variables must keep their buffers.
         static = (0, *_shifted(self.scalar_shape_inputs, 1))
         donated = () if plan.n_specialised or plan.checks else _shifted(updated, 1)
-        on_host_platform = _linked(self.placement).platform == "cpu"
+        on_host_platform = _linked(self.placement).on_host_platform
         if plan.continuation is None:
             return HostReadingFunction(
                 jitted(fn, static, donated, leading=1), plan, on_host_platform=on_host_platform

@@ -59,6 +59,12 @@ class Placement:
     platform: str
     """The devices' platform ("cpu", "gpu")."""
 
+    @property
+    def on_host_platform(self) -> bool:
+        """The devices are the host's: a read back copies nothing, and XLA maps large temporaries
+        afresh on every call."""
+        return self.platform == "cpu"
+
     @classmethod
     def on_device(cls, device: jax.Device, n_inputs: int) -> Placement:
         sharding = SingleDeviceSharding(device)

@@ -1,7 +1,7 @@
 """scipy's size-dependent iteration and evaluation budgets, for settings left at their default.
 
 Plain arithmetic on numbers, so the Numba solvers compile these very
-functions (``numba_njit(minimize_maxiter)``) and the JAX lowering calls them
+functions (``numba.njit(minimize_maxiter)``, `gpubackend.solvers`) and the JAX lowering calls them
 at trace time: the rule lives here once.
 """
 

@@ -11,9 +11,9 @@ iteration too), out of iterations after ``maxiter`` of them (rejected trial
 points count, as in scipy), and failed where the model predicts no decrease
 or the subproblem's factorization fails.
 
-The derivatives are the op's own (its gradient and Hessian outputs, under
-``hess=True``) where the lowering passes them as the option
-`DERIVATIVES_OPTION`, else JAX's of the objective.
+The derivatives are the op's own (its gradient and Hessian outputs: these
+methods need ``hess=True``, as scipy does), which the lowering passes as the
+option `DERIVATIVES_OPTION`.
 """
 
 from __future__ import annotations
@@ -35,17 +35,6 @@ RUNNING, CONVERGED, OUT_OF_ITERATIONS, NO_PREDICTED_DECREASE, LINALG_ERROR = -1,
 """The solve's status: scipy's ``warnflag`` once it ends."""
 
 Derivatives = Callable[[jax.Array, Any], tuple[jax.Array, jax.Array, jax.Array]]
-
-
-def _autodiff(fn) -> Derivatives:
-    def value(y, args):
-        return fn(y, args)[0]
-
-    def derivatives(y, args):
-        f, gradient = jax.value_and_grad(value)(y, args)
-        return f, gradient, jax.hessian(value)(y, args)
-
-    return derivatives
 
 
 def _as_vectors(derivatives: Derivatives, n: int) -> Derivatives:
@@ -88,8 +77,7 @@ class ScipyTrustRegion(optx.AbstractMinimiser):
     norm: Callable
 
     def _derivatives(self, fn, y, options) -> Derivatives:
-        given = (options or {}).get(DERIVATIVES_OPTION)
-        return _as_vectors(given if given is not None else _autodiff(fn), y.size)
+        return _as_vectors(options[DERIVATIVES_OPTION], y.size)
 
     def init(self, fn, y, args, options, f_struct, aux_struct, tags) -> _TrustRegionState:
         f, gradient, hessian = self._derivatives(fn, y, options)(y, args)
