@@ -283,8 +283,19 @@ def test_dogleg_on_an_indefinite_hessian_fails_where_scipy_does():
     assert bool(got[1]) == bool(want[1]) is False
 
 
-@pytest.mark.parametrize("method", TRUST_REGION_METHODS)
-def test_trust_region_options_scipy_refuses_raise(method):
+@pytest.mark.parametrize("mode", ["NUMBA", "JAX_GPU"])
+@pytest.mark.parametrize(
+    ("option", "value", "refusal"),
+    [
+        ("initial_trust_radius", 2000.0, "initial trust radius must be less than the max"),
+        ("initial_trust_radius", 0.0, "initial trust radius must be positive"),
+        ("max_trust_radius", -1.0, "max trust radius must be positive"),
+        ("eta", 0.3, "invalid acceptance stringency"),
+    ],
+)
+@pytest.mark.parametrize("method", [*TRUST_REGION_METHODS, "trust-krylov"])
+def test_trust_region_options_scipy_refuses_raise(method, option, value, refusal, mode):
+    """scipy refuses these before it evaluates anything; so do both lowerings, when they compile."""
     x = pt.vector("x")
     solution, _ = minimize(
         ((x - 1.0) ** 2).sum(),
@@ -292,11 +303,10 @@ def test_trust_region_options_scipy_refuses_raise(method):
         method=method,
         jac=True,
         hess=True,
-        optimizer_kwargs={"options": {"initial_trust_radius": 2000.0}},
+        optimizer_kwargs={"options": {option: value}},
     )
-    fn = numba_function([x], [solution])
-    with pytest.raises(ValueError, match="initial trust radius must be less than the max"):
-        fn(np.zeros(2))
+    with pytest.raises(ValueError, match=refusal):
+        pytensor.function([x], [solution], mode=mode)(np.zeros(2))
 
 
 def test_lowering_is_native_and_inner_graph_is_baked_inplace(bfgs_problem):

@@ -11,9 +11,9 @@ lowering on either backend.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp
 
@@ -55,6 +55,9 @@ class ScipyMethod:
     """scipy refuses the method without ``hess`` (PyTensor's ``minimize(..., hess=True)``)."""
     lacks: frozenset[str] = frozenset()
     """Fields of the settings family that this method does not take (they keep their default)."""
+    refusal: Callable[[Any], str | None] | None = None
+    """What scipy refuses in the resolved settings (a reason, or None), checked when an op is
+    lowered on either backend."""
     jax: JaxSupport | None = None
     """How the JAX lowering runs it; None: it refuses the method."""
     numba: NumbaSupport | None = None
@@ -140,6 +143,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 s.TrustRegionSettings(),
                 ("gtol",),
                 needs_hessian=True,
+                refusal=s.trust_region_refusal,
                 jax=_JAX_TRUST_REGION,
             ),
             *(
@@ -149,6 +153,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                     ("gtol",),
                     lacks=_NOT_KRYLOV,
                     needs_hessian=True,
+                    refusal=s.trust_region_refusal,
                     jax=_JAX_TRUST_REGION,
                     numba=_NATIVE_WITH_HESS,
                 )

@@ -102,9 +102,10 @@ def resolve(op: ScipyWrapperOp) -> ResolvedOptions:
         name: _coerce(options.kind, method, name, value, getattr(method.defaults, name))
         for name, value in given.items()
     }
-    return ResolvedOptions(
-        options.kind, method, method.defaults._replace(**values), frozenset(values)
-    )
+    settings = method.defaults._replace(**values)
+    if method.refusal is not None and (reason := method.refusal(settings)):
+        raise ValueError(f"{options.kind}(method={method.name!r}): {reason}")
+    return ResolvedOptions(options.kind, method, settings, frozenset(values))
 
 
 def _check_inputs(kind: str, method: ScipyMethod, bound_inputs: tuple[str, ...]) -> None:

@@ -83,6 +83,23 @@ class TrustRegionSettings(NamedTuple):
     inexact: bool = True
 
 
+def trust_region_refusal(settings: TrustRegionSettings) -> str | None:
+    """What scipy's ``_minimize_trust_region`` refuses in ``settings`` before it evaluates
+    anything, or None."""
+    if not 0.0 <= settings.eta < 0.25:
+        return f"invalid acceptance stringency: eta must be in [0, 0.25), got {settings.eta}"
+    if settings.max_trust_radius <= 0.0:
+        return f"the max trust radius must be positive, got {settings.max_trust_radius}"
+    if settings.initial_trust_radius <= 0.0:
+        return f"the initial trust radius must be positive, got {settings.initial_trust_radius}"
+    if settings.initial_trust_radius >= settings.max_trust_radius:
+        return (
+            "the initial trust radius must be less than the max trust radius, got "
+            f"{settings.initial_trust_radius} >= {settings.max_trust_radius}"
+        )
+    return None
+
+
 class HybrSettings(NamedTuple):
     """``root(method="hybr")`` (MINPACK hybrj): ``maxfev`` counts evaluations of the equations."""
 
