@@ -128,8 +128,8 @@ def test_cases_that_name_nothing_are_refused(nothing_runs, tmp_path, capsys):
 def test_no_catalogue_and_nothing_generated_is_refused(nothing_runs, tmp_path, capsys):
     err = usage_error(["--out", str(tmp_path), "--no-catalogue"], capsys)
     assert (
-        "--no-catalogue with none of --generated N, --generated-while N or --stock-superset N"
-        in err
+        "--no-catalogue with none of --generated N, --generated-while N, "
+        "--generated-optimize N or --stock-superset N runs nothing" in err
     )
 
 

@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pytensor
@@ -243,7 +243,19 @@ def _compile_and_call_each(compile_fn: Callable[[], Callable], graph: WhileGraph
     return _call_each(fn, graph)
 
 
-def _pytensor_function(graph: WhileGraph, mode: Mode | str) -> Callable:
+class CompilableGraph(Protocol):
+    """What a mode compiles: a `WhileGraph`, or a generated optimize graph
+    (`optimize_differential`)."""
+
+    @property
+    def inputs(self) -> list: ...
+    @property
+    def outputs(self) -> list: ...
+    @property
+    def updates(self) -> dict: ...
+
+
+def _pytensor_function(graph: CompilableGraph, mode: Mode | str) -> Callable:
     return pytensor.function(
         graph.inputs, graph.outputs, updates=graph.updates, mode=mode, on_unused_input="ignore"
     )
@@ -291,16 +303,22 @@ def _truth_outcome(spec: WhileGraphSpec, values: dict[str, np.ndarray]) -> Outco
 # --- The modes under test -------------------------------------------------------------------------
 
 
+def _nothing_missing() -> str:
+    return ""
+
+
 @dataclass(frozen=True)
 class DifferentialMode:
     name: str
     description: str
     host_only: bool
-    compile: Callable[[WhileGraph, str], Callable]
+    compile: Callable[[CompilableGraph, str], Callable]
     """``(graph, device) -> fn``: ``fn(*arguments)`` returns the outputs."""
     device_scope: Callable[[str], AbstractContextManager]
     not_applicable: Callable[[WhileGraphSpec], str]
     """Why the mode does not take this spec by design, or ``""``."""
+    missing: Callable[[], str] = _nothing_missing
+    """Why the mode cannot run here at all (a package it needs is not installed), or ``""``."""
 
 
 def _takes_every_spec(spec: WhileGraphSpec) -> str:
@@ -319,7 +337,7 @@ def _backend_mode(name: str, description: str) -> DifferentialMode:
     )
 
 
-def _compile_jaxified(graph: WhileGraph, device: str) -> Callable:
+def _compile_jaxified(graph: CompilableGraph, device: str) -> Callable:
     import jax
     from pymc.sampling.jax import get_jaxified_graph
 
@@ -331,9 +349,13 @@ def _jaxified_scope(device: str) -> AbstractContextManager:
     return BACKENDS["jax-registered"].device_scope(device)
 
 
-def _jaxified_not_applicable(spec: WhileGraphSpec) -> str:
+def _pymc_missing() -> str:
     if importlib.util.find_spec("pymc") is None:
         return "PyMC is not installed (pip install pymc): get_jaxified_graph is PyMC's"
+    return ""
+
+
+def _jaxified_not_applicable(spec: WhileGraphSpec) -> str:
     if spec.loop.rng:
         return (
             "get_jaxified_graph refuses shared random generators "
@@ -354,6 +376,7 @@ DIFFERENTIAL_MODES: dict[str, DifferentialMode] = {
             _compile_jaxified,
             _jaxified_scope,
             _jaxified_not_applicable,
+            _pymc_missing,
         ),
         _backend_mode("numba", 'mode="NUMBA"'),
         _backend_mode(
@@ -366,7 +389,7 @@ DEFAULT_MODES = ("jax", "jax-registered", "jaxified", "numba")
 
 def observe_mode(mode_name: str, device: str, spec: WhileGraphSpec) -> Observation:
     mode = DIFFERENTIAL_MODES[mode_name]
-    if reason := mode.not_applicable(spec):
+    if reason := mode.missing() or mode.not_applicable(spec):
         return Observation(not_applicable=reason)
     try:
         graph = while_graph(spec)
@@ -590,6 +613,33 @@ def _chunks(items: Sequence, size: int) -> list[tuple[int, Sequence]]:
     return [(start, items[start : start + size]) for start in range(0, len(items), size)]
 
 
+Stream = tuple[str, Callable[[Any], Any], Callable[[Any, int, str], Any]]
+"""A stream of observations: its name, what a worker runs per spec, and what a worker's death
+gives."""
+
+
+def run_streams(specs: Sequence, streams: Sequence[Stream], progress: bool) -> dict[str, list]:
+    """Every stream over every spec, in chunks of worker processes side by side: per stream, one
+    observation per spec."""
+    # NUMBA compiles for seconds where JAX traces in milliseconds: its chunks start first.
+    tasks = [(stream, start, chunk) for stream in streams for start, chunk in _chunks(specs, CHUNK)]
+    tasks.sort(key=lambda task: not task[0][0].startswith("numba"))
+    seen: dict[str, list] = {name: [None] * len(specs) for name, _, _ in streams}
+    with progress_display(progress, len(specs) * len(streams)) as advance:
+
+        def run_task(stream: Stream, start: int, chunk: Sequence) -> None:
+            name, observe, on_crash = stream
+            observations = run_in_workers(
+                chunk, observe, on_crash, lambda observation: advance(name)
+            )
+            seen[name][start : start + len(observations)] = observations
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            for future in [pool.submit(run_task, *task) for task in tasks]:
+                future.result()
+    return seen
+
+
 def run_differential(
     specs: Sequence[WhileGraphSpec],
     modes: Sequence[str] = DEFAULT_MODES,
@@ -606,31 +656,12 @@ def run_differential(
     started = time.perf_counter()
     pairs = mode_device_pairs(modes, devices)
     columns = [column_name(mode, device) for mode, device in pairs]
-    # Per stream: its name, what a worker runs per spec, and what a worker's death gives.
-    streams: list[
-        tuple[str, Callable[[WhileGraphSpec], Any], Callable[[WhileGraphSpec, int, str], Any]]
-    ]
-    streams = [("reference", observe_reference, _reference_crash)]
+    streams: list[Stream] = [("reference", observe_reference, _reference_crash)]
     streams += [
         (column, partial(observe_mode, *pair), _mode_crash)
         for column, pair in zip(columns, pairs, strict=True)
     ]
-    # NUMBA compiles for seconds where JAX traces in milliseconds: its chunks start first.
-    tasks = [(stream, start, chunk) for stream in streams for start, chunk in _chunks(specs, CHUNK)]
-    tasks.sort(key=lambda task: not task[0][0].startswith("numba"))
-    seen: dict[str, list] = {name: [None] * len(specs) for name, _, _ in streams}
-    with progress_display(progress, len(specs) * len(streams)) as advance:
-
-        def run_task(stream: tuple[str, Callable, Callable], start: int, chunk: Sequence) -> None:
-            name, observe, on_crash = stream
-            observations = run_in_workers(
-                chunk, observe, on_crash, lambda observation: advance(name)
-            )
-            seen[name][start : start + len(observations)] = observations
-
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            for future in [pool.submit(run_task, *task) for task in tasks]:
-                future.result()
+    seen = run_streams(specs, streams, progress)
     report = DifferentialReport(environment(devices, label), columns)
     for index, spec in enumerate(specs):
         observations = {column: seen[column][index] for column in columns}
