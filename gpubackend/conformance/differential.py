@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import pytensor
@@ -508,27 +508,73 @@ class SpecResult:
 
 
 @dataclass
-class DifferentialReport:
+class VerdictReport:
+    """What a differential run found: per spec, a result (``name``, ``invalid``: no reference) with
+    a verdict per column (mode @ device)."""
+
     environment: dict[str, Any]
     columns: list[str]
-    results: list[SpecResult] = field(default_factory=list)
+    results: list = field(default_factory=list)
     seconds: float = 0.0
+    statuses: ClassVar[tuple[str, ...]] = STATUSES
+    failing: ClassVar[tuple[str, ...]] = FAILING
 
-    def counts(self) -> dict[str, dict[str, dict[str, int]]]:
-        """Per class, per column, per status: how many specs."""
+    @property
+    def invalid(self) -> list:
+        return [result for result in self.results if result.invalid]
+
+    @property
+    def failed(self) -> bool:
+        """A failing verdict, or a spec without a reference (the generator's fault)."""
+        return bool(self.invalid) or any(
+            verdict.status in self.failing
+            for result in self.results
+            for verdict in result.verdicts.values()
+        )
+
+    def tallies(self, result: Any) -> Iterator[tuple[str, str]]:
+        """What `counts_by` counts of ``result``: (column, its verdict's status) per column."""
+        return ((column, verdict.status) for column, verdict in result.verdicts.items())
+
+    def counts_by(self, group: Callable[[Any], str]) -> dict[str, dict[str, dict[str, int]]]:
+        """Per ``group(result)``, per column, per status (`tallies`): how many specs with a
+        reference."""
         counts: dict[str, dict[str, Counter]] = {}
         for result in self.results:
             if result.invalid:
                 continue
             per_column = counts.setdefault(
-                result.case_class, {column: Counter() for column in self.columns}
+                group(result), {column: Counter() for column in self.columns}
             )
-            for column, verdict in result.verdicts.items():
-                per_column[column][verdict.status] += 1
+            for column, tally in self.tallies(result):
+                per_column[column][tally] += 1
         return {
-            case_class: {column: dict(counter) for column, counter in per_column.items()}
-            for case_class, per_column in counts.items()
+            name: {column: dict(counter) for column, counter in per_column.items()}
+            for name, per_column in counts.items()
         }
+
+    def summary(self) -> dict[str, Any]:
+        """The counts the JSON report holds before every result."""
+        return {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "environment": self.environment,
+            "seconds": self.seconds,
+            "columns": self.columns,
+            "statuses": list(self.statuses),
+            **self.summary(),
+            "results": [asdict(result) for result in self.results],
+        }
+
+
+@dataclass
+class DifferentialReport(VerdictReport):
+    results: list[SpecResult] = field(default_factory=list)
+
+    def counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Per class, per column, per status: how many specs."""
+        return self.counts_by(lambda result: result.case_class)
 
     def totals(self) -> dict[str, dict[str, int]]:
         totals: dict[str, Counter[str]] = {column: Counter() for column in self.columns}
@@ -537,30 +583,8 @@ class DifferentialReport:
                 totals[column][verdict.status] += 1
         return {column: dict(counter) for column, counter in totals.items()}
 
-    @property
-    def invalid(self) -> list[SpecResult]:
-        return [result for result in self.results if result.invalid]
-
-    @property
-    def failed(self) -> bool:
-        """A failing verdict, or a spec without a reference (the generator's fault)."""
-        return bool(self.invalid) or any(
-            verdict.status in FAILING
-            for result in self.results
-            for verdict in result.verdicts.values()
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "environment": self.environment,
-            "seconds": self.seconds,
-            "columns": self.columns,
-            "statuses": list(STATUSES),
-            "counts": self.counts(),
-            "totals": self.totals(),
-            "upstream_bugs": UPSTREAM_BUGS,
-            "results": [asdict(result) for result in self.results],
-        }
+    def summary(self) -> dict[str, Any]:
+        return {"counts": self.counts(), "totals": self.totals(), "upstream_bugs": UPSTREAM_BUGS}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> DifferentialReport:
@@ -640,6 +664,34 @@ def run_streams(specs: Sequence, streams: Sequence[Stream], progress: bool) -> d
     return seen
 
 
+def run_against_reference[Report: VerdictReport](
+    specs: Sequence,
+    report: Report,
+    pairs: Sequence[tuple[str, str]],
+    reference: Stream,
+    observe: Callable[[str, str, Any], Any],
+    on_crash: Callable[[Any, int, str], Any],
+    judge: Callable[[int, Any, Any, dict[str, Any]], Any],
+    progress: bool,
+) -> Report:
+    """Every spec on the ``reference`` stream and, through ``observe(mode, device, spec)``, on
+    every (mode, device) pair of ``report``'s columns, in worker processes; then one result per
+    spec, ``judge(index, spec, reference's observation, observations by column)``, into
+    ``report``."""
+    started = time.perf_counter()
+    streams = [reference]
+    streams += [
+        (column, partial(observe, *pair), on_crash)
+        for column, pair in zip(report.columns, pairs, strict=True)
+    ]
+    seen = run_streams(specs, streams, progress)
+    for index, spec in enumerate(specs):
+        observations = {column: seen[column][index] for column in report.columns}
+        report.results.append(judge(index, spec, seen[reference[0]][index], observations))
+    report.seconds = round(time.perf_counter() - started, 1)
+    return report
+
+
 def run_differential(
     specs: Sequence[WhileGraphSpec],
     modes: Sequence[str] = DEFAULT_MODES,
@@ -653,23 +705,18 @@ def run_differential(
     A spec that kills a mode's worker is that mode's `crash`; one that kills
     the reference's has no reference (``invalid``).
     """
-    started = time.perf_counter()
     pairs = mode_device_pairs(modes, devices)
-    columns = [column_name(mode, device) for mode, device in pairs]
-    streams: list[Stream] = [("reference", observe_reference, _reference_crash)]
-    streams += [
-        (column, partial(observe_mode, *pair), _mode_crash)
-        for column, pair in zip(columns, pairs, strict=True)
-    ]
-    seen = run_streams(specs, streams, progress)
-    report = DifferentialReport(environment(devices, label), columns)
-    for index, spec in enumerate(specs):
-        observations = {column: seen[column][index] for column in columns}
-        report.results.append(
-            spec_result(spec_name(spec, index), spec, seen["reference"][index], observations)
-        )
-    report.seconds = round(time.perf_counter() - started, 1)
-    return report
+    report = DifferentialReport(environment(devices, label), [column_name(*p) for p in pairs])
+    return run_against_reference(
+        specs,
+        report,
+        pairs,
+        ("reference", observe_reference, _reference_crash),
+        observe_mode,
+        _mode_crash,
+        lambda index, spec, oracles, seen: spec_result(spec_name(spec, index), spec, oracles, seen),
+        progress,
+    )
 
 
 def _reference_crash(spec: WhileGraphSpec, returncode: int, log_tail: str) -> ReferenceObservation:

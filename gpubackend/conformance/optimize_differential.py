@@ -25,13 +25,11 @@ per method (`OptimizeReport.refusals`, `OptimizeReport.fallbacks`).
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from functools import partial
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -49,11 +47,11 @@ from gpubackend.conformance.differential import (
     SILENT_WRONG,
     WRONG_ERROR,
     Outcome,
-    Stream,
     Verdict,
+    VerdictReport,
     column_name,
     mode_device_pairs,
-    run_streams,
+    run_against_reference,
 )
 from gpubackend.conformance.environment import environment
 from gpubackend.conformance.optimize_graphs import (
@@ -295,29 +293,18 @@ def method_label(spec: OptimizeSpec) -> str:
 
 
 @dataclass
-class OptimizeReport:
-    environment: dict[str, Any]
-    columns: list[str]
+class OptimizeReport(VerdictReport):
     results: list[OptimizeResult] = field(default_factory=list)
-    seconds: float = 0.0
+    statuses: ClassVar[tuple[str, ...]] = STATUSES
+    failing: ClassVar[tuple[str, ...]] = FAILING
+
+    def tallies(self, result: OptimizeResult) -> Iterator[tuple[str, str]]:
+        yield from super().tallies(result)
+        yield from ((column, FALLBACK) for column in result.fallbacks)
 
     def counts(self) -> dict[str, dict[str, dict[str, int]]]:
         """Per method, per column, per status (and `FALLBACK`): how many graphs."""
-        counts: dict[str, dict[str, Counter]] = {}
-        for result in self.results:
-            if result.invalid:
-                continue
-            per_column = counts.setdefault(
-                result.method, {column: Counter() for column in self.columns}
-            )
-            for column, verdict in result.verdicts.items():
-                per_column[column][verdict.status] += 1
-            for column in result.fallbacks:
-                per_column[column][FALLBACK] += 1
-        return {
-            method: {column: dict(counter) for column, counter in per_column.items()}
-            for method, per_column in counts.items()
-        }
+        return self.counts_by(lambda result: result.method)
 
     def _per_method(self, column_filter: Callable[[str], bool], status: str) -> dict[str, int]:
         per_method: Counter[str] = Counter()
@@ -335,29 +322,11 @@ class OptimizeReport:
         """Per method, the graphs NUMBA ran in object mode (issue 29 wants none)."""
         return self._per_method(lambda column: column.startswith("numba"), FALLBACK)
 
-    @property
-    def invalid(self) -> list[OptimizeResult]:
-        return [result for result in self.results if result.invalid]
-
-    @property
-    def failed(self) -> bool:
-        """A failing verdict, or a spec without a reference (the generator's fault)."""
-        return bool(self.invalid) or any(
-            verdict.status in FAILING
-            for result in self.results
-            for verdict in result.verdicts.values()
-        )
-
-    def to_json(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
         return {
-            "environment": self.environment,
-            "seconds": self.seconds,
-            "columns": self.columns,
-            "statuses": list(STATUSES),
             "counts": self.counts(),
             "refusals": self.refusals(),
             "fallbacks": self.fallbacks(),
-            "results": [asdict(result) for result in self.results],
         }
 
 
@@ -398,23 +367,20 @@ def run_optimize_differential(
 ) -> OptimizeReport:
     """Every spec on FAST_COMPILE and on every (mode, device) pair, in worker processes; then the
     verdicts."""
-    started = time.perf_counter()
     pairs = mode_device_pairs(modes, devices)
-    columns = [column_name(mode, device) for mode, device in pairs]
-    streams: list[Stream] = [("reference", observe_optimize_reference, _crash)]
-    streams += [
-        (column, partial(observe_optimize_mode, *pair), _crash)
-        for column, pair in zip(columns, pairs, strict=True)
-    ]
-    seen = run_streams(specs, streams, progress)
-    report = OptimizeReport(environment(devices, label), columns)
-    for index, spec in enumerate(specs):
-        observations = {column: seen[column][index] for column in columns}
-        report.results.append(
-            optimize_result(spec_name(spec, index), spec, seen["reference"][index], observations)
-        )
-    report.seconds = round(time.perf_counter() - started, 1)
-    return report
+    report = OptimizeReport(environment(devices, label), [column_name(*p) for p in pairs])
+    return run_against_reference(
+        specs,
+        report,
+        pairs,
+        ("reference", observe_optimize_reference, _crash),
+        observe_optimize_mode,
+        _crash,
+        lambda index, spec, reference, seen: optimize_result(
+            spec_name(spec, index), spec, reference, seen
+        ),
+        progress,
+    )
 
 
 def check_in_process(

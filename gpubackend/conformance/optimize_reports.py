@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,21 +10,21 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpubackend.conformance.differential import PASS
+from gpubackend.conformance.differential_reports import (
+    graph_counts,
+    markdown_findings,
+    print_failures,
+    write_and_summarise,
+    write_json_and_markdown,
+)
 from gpubackend.conformance.optimize_differential import (
-    FAILING,
     FALLBACK,
     STATUSES,
     OptimizeReport,
-    OptimizeResult,
     run_optimize_differential,
 )
 from gpubackend.conformance.optimize_graphs import draw_optimize_specs, select_methods
-from gpubackend.conformance.reports import (
-    ReportsNotWrittenError,
-    environment_lines,
-    write_or_save,
-)
+from gpubackend.conformance.reports import environment_lines
 
 BASENAME = "optimize_differential"
 LEGEND = (
@@ -36,12 +35,6 @@ LEGEND = (
     "wrong-error (another error type), raw-error (an error where scipy returns), crash: failures"
 )
 COLUMNS = (*STATUSES, FALLBACK)
-SHOWN_FAILURES = 40
-
-
-def _graph_counts(report: OptimizeReport) -> str:
-    valid = len(report.results) - len(report.invalid)
-    return f"{valid} graphs ({len(report.invalid)} without a reference), {report.seconds:.0f} s"
 
 
 def _methods_line(per_method: dict[str, int]) -> str:
@@ -75,22 +68,11 @@ def counts_tables(report: OptimizeReport) -> list[Table]:
     return tables
 
 
-def _not_passing(report: OptimizeReport) -> list[tuple[OptimizeResult, str, str, str]]:
-    """(result, column, status, detail) of every verdict other than pass, failures first."""
-    lines = [
-        (result, column, verdict.status, verdict.detail)
-        for result in report.results
-        for column, verdict in result.verdicts.items()
-        if verdict.status != PASS
-    ]
-    return sorted(lines, key=lambda line: line[2] not in FAILING)
-
-
 def to_markdown(report: OptimizeReport) -> str:
     counts = report.counts()
     lines = ["# gpubackend optimize differential", ""]
     lines += [f"- {line}" for line in environment_lines(report.environment)]
-    lines += [f"- {_graph_counts(report)}"]
+    lines += [f"- {graph_counts(report)}"]
     lines += [f"- {line}" for line in done_when_lines(report)]
     for column in report.columns:
         lines += ["", f"## {column}", "", "| method | " + " | ".join(COLUMNS) + " |"]
@@ -102,28 +84,13 @@ def to_markdown(report: OptimizeReport) -> str:
             for method in sorted(counts)
         ]
     lines += ["", LEGEND]
-    if report.invalid:
-        lines += ["", "## Graphs without a reference", ""]
-        lines += [
-            f"- **{result.name}** `{result.spec}`: {result.invalid}" for result in report.invalid
-        ]
-    not_passing = _not_passing(report)
-    if not_passing:
-        lines += ["", "## Not passing", ""]
-        for result, column, status, detail in not_passing:
-            lines.append(f"- **{result.name}** on {column}: {status} — {detail}")
-            lines.append(f"  expected: {result.expected}; spec: `{result.spec}`")
+    lines += markdown_findings(report, lambda result: f"{result.name}**", "expected")
     return "\n".join(lines) + "\n"
 
 
 def write_optimize_reports(report: OptimizeReport, out_dir: str | Path) -> dict[str, Path]:
     """Write DIR/optimize_differential.{json,md}; return the paths by format."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / f"{BASENAME}.json", "md": out / f"{BASENAME}.md"}
-    paths["json"].write_text(json.dumps(report.to_json(), indent=2, default=str))
-    paths["md"].write_text(to_markdown(report))
-    return paths
+    return write_json_and_markdown(report.to_json(), to_markdown(report), out_dir, BASENAME)
 
 
 def print_optimize_summary(
@@ -131,19 +98,13 @@ def print_optimize_summary(
 ) -> None:
     """The counts per mode and method, issue 29's two counts, the first failing verdicts, and
     where the reports are."""
-    console.print(f"[bold]optimize differential[/bold]: {_graph_counts(report)}")
+    console.print(f"[bold]optimize differential[/bold]: {graph_counts(report)}")
     for table in counts_tables(report):
         console.print(table)
     console.print(escape(LEGEND), highlight=False)
     for line in done_when_lines(report):
         console.print(f"[bold]{escape(line)}[/bold]")
-    for result in report.invalid:
-        console.print(f"  [red]no reference[/red] {escape(result.name)}: {escape(result.invalid)}")
-    failing = [line for line in _not_passing(report) if line[2] in FAILING]
-    for result, column, status, detail in failing[:SHOWN_FAILURES]:
-        console.print(f"  [red]{status}[/red] {escape(f'{result.name} on {column}: {detail}')}")
-    if len(failing) > SHOWN_FAILURES:
-        console.print(f"  ... {len(failing) - SHOWN_FAILURES} more failing verdicts")
+    print_failures(report, console)
     console.print("reports: " + ", ".join(str(path) for path in paths.values()))
 
 
@@ -166,13 +127,6 @@ def run_optimize_and_report(
     """
     specs = draw_optimize_specs(count, select_methods(methods))
     report = run_optimize_differential(specs, modes, devices, label=label, progress=progress)
-    console = console or Console(stderr=True, soft_wrap=True)
-    try:
-        paths = write_or_save(
-            lambda: write_optimize_reports(report, out_dir), report.to_json, out_dir, BASENAME
-        )
-    except ReportsNotWrittenError as error:
-        print_optimize_summary(report, {"json": error.saved}, console)
-        raise
-    print_optimize_summary(report, paths, console)
-    return report
+    return write_and_summarise(
+        report, write_optimize_reports, print_optimize_summary, out_dir, BASENAME, console
+    )
