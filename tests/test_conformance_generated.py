@@ -43,6 +43,7 @@ from gpubackend.conformance.optimize_graphs import (
     optimize_specs,
     scipy_methods,
     solve_tightly,
+    table_method,
 )
 from gpubackend.conformance.optimize_reports import write_optimize_reports
 from gpubackend.conformance.results import PASS
@@ -51,7 +52,6 @@ from gpubackend.conformance.strategies import OFGSpec, ScanSpec, draw_specs, gra
 from gpubackend.conformance.while_scan_graphs import draw_while_specs
 from gpubackend.devices import DEVICE_ENV_VAR
 from gpubackend.errors import UnsupportedMethod
-from gpubackend.scipy_options.methods import OP_OPTIONS, ScipyMethod
 
 CHECKED = {"numerics", "canonical_intact", "rewrite_free"}
 BACKEND_DEVICES = {"numba": "cpu", "jax": os.environ.get(DEVICE_ENV_VAR, "cpu:1")}
@@ -157,14 +157,9 @@ def optimize_runs() -> list[tuple[OptimizeSpec, OptimizeResult, dict]]:
     specs += [
         _spec(kind, method, variant=input_variants(kind, method)[0][0])
         for kind, method in scipy_methods()
-        if _table_entry(kind, method) is None
+        if table_method(kind, method) is None
     ][:1]
     return [(spec, *check_in_process(spec, OPTIMIZE_MODES)) for spec in specs]
-
-
-def _table_entry(kind: str, method: str) -> ScipyMethod | None:
-    options = next(options for options in OP_OPTIONS.values() if options.kind == kind)
-    return options.method(method)
 
 
 def test_optimize_report_counts_refusals_and_fallbacks_per_method(optimize_runs, tmp_path) -> None:
@@ -173,7 +168,7 @@ def test_optimize_report_counts_refusals_and_fallbacks_per_method(optimize_runs,
     well_posed, refused_input = report.results[:2]
     assert well_posed.expected == "value" and refused_input.expected == "ValueError"
     for spec, result, _ in optimize_runs:
-        entry = _table_entry(spec.kind, spec.method)
+        entry = table_method(spec.kind, spec.method)
         jax, numba = (result.verdicts[column] for column in columns)
         # A method the table gives no JAX solver is refused by name; no native Numba solver: the
         # object-mode fallback is counted, and its values are still judged.

@@ -59,10 +59,10 @@ from gpubackend.conformance.optimize_graphs import (
     build_optimize,
     solve_tightly,
     spec_name,
+    table_method,
 )
 from gpubackend.conformance.worker import describe_exit
 from gpubackend.errors import ObjectModeFallbackWarning
-from gpubackend.scipy_options.methods import OP_OPTIONS
 
 REFERENCE_OFF = "reference-off"
 SUCCESS_DIFFERS = "success-differs"
@@ -95,8 +95,7 @@ FLOOR = 1e-7
 
 def _tolerances(spec: OptimizeSpec) -> dict[str, float]:
     """The options ``tol`` sets (the drawn ``tol``, else their defaults); root_scalar's ``xtol``."""
-    options = next(options for options in OP_OPTIONS.values() if options.kind == spec.kind)
-    method = options.method(spec.method)
+    method = table_method(spec.kind, spec.method)
     if method is None:
         on_value = spec.kind == "minimize" and spec.method in MINIMIZE_TOL_ON_VALUE
         return {"ftol" if on_value else "xtol": spec.tol or UNKNOWN_DEFAULT_TOL}

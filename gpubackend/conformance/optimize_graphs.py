@@ -36,7 +36,7 @@ from pytensor.tensor.optimize import minimize, minimize_scalar, root, root_scala
 
 from gpubackend.conformance.catalogue import Case, CaseGraph
 from gpubackend.conformance.strategies import drawing
-from gpubackend.scipy_options.methods import OP_OPTIONS
+from gpubackend.scipy_options.methods import OP_OPTIONS, ScipyMethod
 
 KINDS = ("minimize", "root", "minimize_scalar", "root_scalar")
 SCALAR_KINDS = frozenset({"minimize_scalar", "root_scalar"})
@@ -84,6 +84,11 @@ def scipy_methods() -> list[tuple[str, str]]:
     return [(kind, method) for kind in KINDS for method in sorted(by_kind[kind].scipy_names)]
 
 
+def table_method(kind: str, method: str) -> ScipyMethod | None:
+    """gpubackend's table entry for ``method`` of the op ``kind``; None: the table lacks it."""
+    return next(options for options in OP_OPTIONS.values() if options.kind == kind).method(method)
+
+
 @functools.cache
 def scipy_option_names(kind: str, method: str) -> frozenset[str]:
     """The option names scipy documents for ``method`` (``show_options``), and the ones
@@ -95,8 +100,7 @@ def scipy_option_names(kind: str, method: str) -> frozenset[str]:
         for group in re.findall(r"^([A-Za-z_]\w*(?:, [A-Za-z_]\w*)*) :", section, re.MULTILINE)
         for name in group.split(", ")
     }
-    options = next(options for options in OP_OPTIONS.values() if options.kind == kind)
-    if (known := options.method(method)) is not None:
+    if (known := table_method(kind, method)) is not None:
         names |= set(known.options())
     return frozenset(names)
 
