@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpubackend.conformance.differential import PASS, REFUSED
 from gpubackend.conformance.differential_reports import (
     graph_counts,
     markdown_findings,
@@ -28,13 +29,28 @@ from gpubackend.conformance.reports import environment_lines
 
 BASENAME = "optimize_differential"
 LEGEND = (
-    "reference-off: differs from scipy, but within the tolerance of the problem solved tightly "
-    "(scipy is the one off); refused: NotImplementedError (UnsupportedMethod, UnsupportedOption); "
+    "off (reference-off): differs from scipy, but within the tolerance of the problem solved "
+    "tightly (scipy is the one off); refused: NotImplementedError (UnsupportedMethod, "
+    "UnsupportedOption); "
     "fallback: NUMBA ran scipy in object mode (ObjectModeFallbackWarning), its values still "
-    "judged; success-differs, silent-wrong (another value, or a value where scipy raises), "
-    "wrong-error (another error type), raw-error (an error where scipy returns), crash: failures"
+    "judged; the failures: SD success-differs, SW silent-wrong (another value, or a value where "
+    "scipy raises), WE wrong-error (another error type), RE raw-error (an error where scipy "
+    "returns), CRASH (the worker died)"
 )
 COLUMNS = (*STATUSES, FALLBACK)
+SHORT = {
+    "pass": "pass",
+    "reference-off": "off",
+    "refused": "refused",
+    "n/a": "n/a",
+    "success-differs": "SD",
+    "silent-wrong": "SW",
+    "wrong-error": "WE",
+    "raw-error": "RE",
+    "crash": "CRASH",
+    "fallback": "fallback",
+}
+"""The printed tables' headers, narrow enough for a CI log (the Markdown report spells them out)."""
 
 
 def _methods_line(per_method: dict[str, int]) -> str:
@@ -53,17 +69,20 @@ def done_when_lines(report: OptimizeReport) -> list[str]:
 
 def counts_tables(report: OptimizeReport) -> list[Table]:
     """One table per column (mode and device): a row per method, a count per status and
-    fallbacks."""
+    fallbacks; of the statuses, those seen in the run besides pass and refused (narrow enough for a
+    CI log)."""
     counts = report.counts()
+    seen = {status for per_column in counts.values() for c in per_column.values() for status in c}
+    shown = [status for status in COLUMNS if status in {PASS, REFUSED, FALLBACK} | seen]
     tables = []
     for column in report.columns:
         table = Table(title=column, title_justify="left")
-        table.add_column("method")
-        for status in COLUMNS:
-            table.add_column(status, justify="right")
+        table.add_column("method", no_wrap=True)
+        for status in shown:
+            table.add_column(SHORT[status], justify="right", no_wrap=True)
         for method in sorted(counts):
             per_status = counts[method][column]
-            table.add_row(method, *[str(per_status.get(status, "")) for status in COLUMNS])
+            table.add_row(method, *[str(per_status.get(status, "")) for status in shown])
         tables.append(table)
     return tables
 
