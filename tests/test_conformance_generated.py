@@ -129,7 +129,7 @@ def test_generated_problems_are_well_posed_and_refused_inputs_are_refused_by_sci
         return
     x, success, *gradient = _fast_compile(spec)
     assert len(gradient) == spec.smooth
-    if success:
+    if success and spec.tol_bounds_error:
         tight = solve_tightly(spec)
         tolerance = accuracy(spec)
         np.testing.assert_allclose(x, tight.x, rtol=tolerance, atol=tolerance)

@@ -12,9 +12,10 @@ A mode must do what the reference does:
 
 "Know your reference": a value that differs is checked against the problem
 solved tightly (`solve_tightly`) before it is called wrong. Within the
-tolerance of the tight solution, it is `reference-off` (scipy is the one off),
-not a failure. A value after the budget ran out (``success`` False) is where
-the method stopped, not a solution: only ``success`` is compared.
+tolerance of the tight solution, or no further from it than scipy's, it is
+`reference-off` (scipy is the one off), not a failure. A value after the
+budget ran out (``success`` False) is where the method stopped, not a
+solution: only ``success`` is compared.
 
 A mode may refuse instead: a ``NotImplementedError`` (gpubackend's
 `UnsupportedMethod`, `UnsupportedOption`) is `refused`. NUMBA's fallback to
@@ -227,8 +228,10 @@ def _values_verdict(
         f"tolerance {tol:.1e})"
         for name, (value, reference, tol), truth in zip(names, pairs, truths, strict=False)
     )
+    # Within the tolerance of the tight solution, or no further from it than scipy is
     if all(
-        _close(value, truth, tol) for (value, _, tol), truth in zip(pairs, truths, strict=False)
+        _close(value, truth, tol) or _distance(value, truth) <= _distance(reference, truth)
+        for (value, reference, tol), truth in zip(pairs, truths, strict=False)
     ):
         return Verdict(REFERENCE_OFF, differences)
     return Verdict(SILENT_WRONG, differences)

@@ -30,8 +30,8 @@ from gpubackend.conformance.reports import environment_lines
 BASENAME = "optimize_differential"
 LEGEND = (
     "off (reference-off): differs from scipy, but within the tolerance of the problem solved "
-    "tightly (scipy is the one off); refused: NotImplementedError (UnsupportedMethod, "
-    "UnsupportedOption); "
+    "tightly or no further from it than scipy (scipy is the one off); "
+    "refused: NotImplementedError (UnsupportedMethod, UnsupportedOption); "
     "fallback: NUMBA ran scipy in object mode (ObjectModeFallbackWarning), its values still "
     "judged; the failures: SD success-differs, SW silent-wrong (another value, or a value where "
     "scipy raises), WE wrong-error (another error type), RE raw-error (an error where scipy "
