@@ -157,3 +157,13 @@ def test_what_is_not_lowered_is_refused_by_name(mode, method, refused):
     else:
         with pytest.raises(UnsupportedOption, match=name):
             pytensor.function([x], solution, mode=mode)
+
+
+@pytest.mark.parametrize("mode", ["FAST_COMPILE", *MODES])
+def test_slsqp_bounds_crossing_raise_scipys_error(mode):
+    x = pt.vector("x")
+    solution, _ = minimize(
+        (x**2).sum(), x, method="SLSQP", optimizer_kwargs={"bounds": [(1.0, 0.0), (0.0, 1.0)]}
+    )
+    with pytest.raises(ValueError, match="upper bound is less than the corresponding lower bound"):
+        _compile([x], solution, mode)(np.zeros(2))

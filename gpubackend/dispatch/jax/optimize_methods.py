@@ -277,6 +277,8 @@ def _slsqp(settings: s.SLSQPSettings, n: int, dtype: str) -> SolverChoice:
     lower, upper = (np.asarray(bound, dtype=np.float64) for bound in settings.bounds)
     if lower.size not in (1, n):
         raise ValueError("minimize `bounds` must hold one (lower, upper) pair per element of x")
+    if np.any(lower > upper):
+        raise ValueError("An upper bound is less than the corresponding lower bound.")
     rtol, atol = _floored(dtype, settings.ftol, settings.ftol)
     solver = SLSQP(
         ftol=settings.ftol,
