@@ -167,3 +167,20 @@ def test_slsqp_bounds_crossing_raise_scipys_error(mode):
     )
     with pytest.raises(ValueError, match="upper bound is less than the corresponding lower bound"):
         _compile([x], solution, mode)(np.zeros(2))
+
+
+@pytest.mark.parametrize("method", CASES)
+def test_float32_x_solves_on_jax_as_scipy_does_in_float64(method):
+    # scipy 1.18's SLSQP refuses a float32 x (its C wrapper): the reference runs in float64.
+    def solve(dtype):
+        x, a = pt.vector("x", dtype=dtype), pt.scalar("a", dtype=dtype)
+        solution, success = minimize(objective(x, a), x, method=method)
+        return [x, a], [solution, success]
+
+    got = _compile(*solve("float32"), "JAX_GPU")(X0.astype("float32"), np.float32(A_VALUE))
+    want = pytensor.function(*solve("float64"), mode="FAST_COMPILE")(X0, A_VALUE)
+    assert got[0].dtype == np.float32
+    assert bool(got[1]) and bool(want[1])
+    # The quartic term is flat at its minimum: compare the objective, which float32 resolves.
+    got_value = objective(got[0].astype("float64"), A_VALUE)
+    np.testing.assert_allclose(got_value, objective(want[0], A_VALUE), rtol=0, atol=1e-6)

@@ -48,7 +48,8 @@ class _SLSQPState(eqx.Module):
 def _value_and_gradient(fn, args, shape) -> Callable:
     def value(flat):
         f, _ = fn(flat.reshape(shape), args)
-        return f
+        # The objective's graph may compute in a wider dtype than x: the loop keeps x's.
+        return jnp.asarray(f, flat.dtype)
 
     return jax.value_and_grad(value)
 

@@ -165,7 +165,9 @@ class TrustConstr(optx.AbstractMinimiser):
                     jnp.reshape(gradient, (n,)).astype(flat.dtype),
                     jnp.reshape(hessian, (n, n)).astype(flat.dtype),
                 )
-            f, gradient = jax.value_and_grad(lambda v: fn(v.reshape(y.shape), args)[0])(flat)
+            # The objective's graph may compute in a wider dtype than x: the loop keeps x's.
+            value = lambda v: jnp.asarray(fn(v.reshape(y.shape), args)[0], flat.dtype)  # noqa: E731
+            f, gradient = jax.value_and_grad(value)(flat)
             return f, gradient, None
 
         return evaluate
