@@ -117,8 +117,13 @@ def _laplace_reference() -> np.ndarray:
     return np.array([reference(np.zeros(LAPLACE_SIZE), t) for t in LOG_TAUS]).T
 
 
+LAPLACE_TOL = {"SLSQP": 1e-12}
+"""SLSQP's ``ftol`` bounds the change of f between iterates, not the gradient: at 1e-8 its logp
+lands 1e-6 off (scipy's alike)."""
+
+
 def _jaxified_laplace(method: str):
-    field, log_tau, logp, success = _laplace_logp(method, 1e-8)
+    field, log_tau, logp, success = _laplace_logp(method, LAPLACE_TOL.get(method, 1e-8))
     graph_fn = jaxified([field, log_tau], [logp, success])
     start = np.zeros(LAPLACE_SIZE)
 
@@ -144,7 +149,9 @@ TRANSFORMS = {
 }
 
 
-@pytest.mark.parametrize("method", ["L-BFGS-B", "BFGS", *SECOND_ORDER_METHODS])
+@pytest.mark.parametrize(
+    "method", ["L-BFGS-B", "BFGS", *SECOND_ORDER_METHODS, "SLSQP", "trust-constr"]
+)
 def test_laplace_logp_and_gradient_under_every_jax_transform(method):
     # Before: pmap and shard_map stopped while tracing, in lineax ("Symmetric/Hermitian
     # matrices must have matching input and output structures", lineax issue 185).

@@ -102,6 +102,9 @@ _JAX_TRUST_REGION = JaxSupport(
     frozenset({"gtol", "maxiter", "initial_trust_radius", "max_trust_radius", "eta"})
 )
 _NOT_KRYLOV = frozenset({"inexact"})
+_INTERIOR_POINT = frozenset({"bounds"})
+"""trust-constr with bounds runs scipy's interior-point method, which has no native version."""
+_JAX_TRUST_CONSTR = JaxSupport(frozenset(s.TrustConstrSettings._fields) - _INTERIOR_POINT)
 
 _NATIVE_BRACKETING = frozenset({"bisect", "brentq"})
 _BRACKETING_ROOT = tuple(
@@ -136,6 +139,20 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 ("ftol", "gtol"),
                 jax=JaxSupport(frozenset({"ftol", "gtol", "maxiter", "maxfun", "maxcor"})),
                 numba=_NATIVE_WITH_JAC,
+            ),
+            ScipyMethod(
+                "SLSQP",
+                s.SLSQPSettings(),
+                ("ftol",),
+                jax=JaxSupport(frozenset({"ftol", "maxiter", "eps", "bounds"})),
+                numba=_NATIVE_WITH_JAC,
+            ),
+            ScipyMethod(
+                "trust-constr",
+                s.TrustConstrSettings(),
+                ("xtol", "gtol", "barrier_tol"),
+                jax=_JAX_TRUST_CONSTR,
+                numba=NumbaSupport(("jac",), ignores=_INTERIOR_POINT),
             ),
             ScipyMethod("Newton-CG", s.NewtonCGSettings(), ("xtol",), numba=_NATIVE_WITH_HESS),
             ScipyMethod(

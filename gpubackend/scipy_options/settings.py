@@ -100,6 +100,33 @@ def trust_region_refusal(settings: TrustRegionSettings) -> str | None:
     return None
 
 
+class SLSQPSettings(NamedTuple):
+    """``minimize(method="SLSQP")`` without constraints: stop when ``|g's|``, the change of ``f`` or
+    the step's length is below ``ftol``; ``eps`` only sizes finite differences (the native solvers
+    use the op's gradient)."""
+
+    ftol: float = 1e-6
+    maxiter: int = 100
+    eps: float = SQRT_EPS
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
+
+
+class TrustConstrSettings(NamedTuple):
+    """``minimize(method="trust-constr")`` without constraints: stop when ``max|grad| < gtol`` or
+    the trust radius is below ``xtol``; ``maxiter`` counts the stopping tests, the first before
+    any step. The barrier options act only on inequality constraints and bounds."""
+
+    gtol: float = 1e-8
+    xtol: float = 1e-8
+    barrier_tol: float = 1e-8
+    maxiter: int = 1000
+    initial_tr_radius: float = 1.0
+    initial_constr_penalty: float = 1.0
+    initial_barrier_parameter: float = 0.1
+    initial_barrier_tolerance: float = 0.1
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
+
+
 class HybrSettings(NamedTuple):
     """``root(method="hybr")`` (MINPACK hybrj): ``maxfev`` counts evaluations of the equations."""
 

@@ -49,6 +49,8 @@ from gpubackend.dispatch.jax.optimize_methods import (
     solver_choice,
     solver_for_size,
 )
+from gpubackend.dispatch.jax.slsqp import SLSQP
+from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import DERIVATIVES_OPTION, ScipyTrustRegion
 from gpubackend.scipy_options import scipy_method
 
@@ -113,6 +115,9 @@ _UNTRACEABLE_IN_MESH = (
     # equinox's loop starts its carry's "previous step ran" flag unvarying; a verdict that varies
     # over the mesh (scipy's, in the state) makes it varying.
     ScipyTrustRegion,
+    # Their objective, closure-converted by optimistix, refuses the tracers of its own gradient.
+    SLSQP,
+    TrustConstr,
 )
 
 

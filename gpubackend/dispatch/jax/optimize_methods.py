@@ -37,6 +37,8 @@ from gpubackend.dispatch.jax.noise_aware_search import (
     ROUNDING_ULPS,
     NoiseAwareBFGS,
 )
+from gpubackend.dispatch.jax.slsqp import SLSQP
+from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import ScipyTrustRegion
 from gpubackend.dispatch.jax.trust_subproblems import Subproblem
 from gpubackend.scipy_options import (
@@ -271,6 +273,42 @@ def _trust_region(subproblem: Subproblem) -> SolverBuilder:
     return build
 
 
+def _slsqp(settings: s.SLSQPSettings, n: int, dtype: str) -> SolverChoice:
+    lower, upper = (np.asarray(bound, dtype=np.float64) for bound in settings.bounds)
+    if lower.size not in (1, n):
+        raise ValueError("minimize `bounds` must hold one (lower, upper) pair per element of x")
+    if np.any(lower > upper):
+        raise ValueError("An upper bound is less than the corresponding lower bound.")
+    rtol, atol = _floored(dtype, settings.ftol, settings.ftol)
+    solver = SLSQP(
+        ftol=settings.ftol,
+        lower=jnp.asarray(np.broadcast_to(lower, (n,))),
+        upper=jnp.asarray(np.broadcast_to(upper, (n,))),
+        rtol=rtol,
+        atol=atol,
+        max_iterations=settings.maxiter,
+        norm=optx.max_norm,
+    )
+    # One step per scipy iteration; the last one's verdict needs no step of its own.
+    return SolverChoice(solver, settings.maxiter + 1)
+
+
+def _trust_constr(settings: s.TrustConstrSettings, n: int, dtype: str) -> SolverChoice:
+    rtol, atol = _floored(dtype, settings.xtol, settings.gtol)
+    solver = TrustConstr(
+        gtol=settings.gtol,
+        xtol=settings.xtol,
+        initial_tr_radius=settings.initial_tr_radius,
+        initial_constr_penalty=settings.initial_constr_penalty,
+        rtol=rtol,
+        atol=atol,
+        max_iterations=settings.maxiter,
+        norm=optx.max_norm,
+    )
+    # One step per iteration; scipy's first stopping test comes before any.
+    return SolverChoice(solver, max(settings.maxiter, 1))
+
+
 def _hybr(settings: s.HybrSettings, n: int, dtype: str) -> SolverChoice:
     maxfev = minpack_maxfev(settings.maxfev, n)
     rtol, atol = _floored(dtype, settings.xtol, settings.xtol)
@@ -333,6 +371,8 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "trust-krylov"): _trust_region(trust_subproblems.exact),
     (MinimizeOp, "trust-ncg"): _trust_region(trust_subproblems.steihaug_cg),
     (MinimizeOp, "dogleg"): _trust_region(trust_subproblems.dogleg),
+    (MinimizeOp, "slsqp"): _slsqp,
+    (MinimizeOp, "trust-constr"): _trust_constr,
     (RootOp, "hybr"): _hybr,
     (RootOp, "lm"): _lm,
     (MinimizeScalarOp, "brent"): _bracket_minimize,

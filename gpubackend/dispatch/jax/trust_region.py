@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import optimistix as optx
 
+from gpubackend.dispatch.jax.scipy_status import status_verdict
 from gpubackend.dispatch.jax.trust_subproblems import Subproblem
 
 DERIVATIVES_OPTION = "value_gradient_hessian"
@@ -139,17 +140,9 @@ class ScipyTrustRegion(optx.AbstractMinimiser):
         return jnp.where(accepted, trial, y), new_state, None
 
     def terminate(self, fn, y, args, options, state: _TrustRegionState, tags):
-        # optimistix goes on while the result is successful: so it is, too, while running.
-        result = optx.RESULTS.where(
-            (state.status == CONVERGED) | (state.status == RUNNING),
-            optx.RESULTS.successful,
-            optx.RESULTS.where(
-                state.status == OUT_OF_ITERATIONS,
-                optx.RESULTS.nonlinear_max_steps_reached,
-                optx.RESULTS.nonlinear_divergence,
-            ),
+        return status_verdict(
+            state.status, RUNNING, state.status == CONVERGED, state.status == OUT_OF_ITERATIONS
         )
-        return state.status != RUNNING, result
 
     def postprocess(self, fn, y, aux, args, options, state, tags, result):
         return y, aux, {}

@@ -59,6 +59,8 @@ from gpubackend.solvers.newton_cg import make_newton_cg
 from gpubackend.solvers.newton_scalar import make_newton_scalar
 from gpubackend.solvers.projected_lbfgs import make_projected_lbfgs
 from gpubackend.solvers.secant import make_secant
+from gpubackend.solvers.slsqp import make_slsqp
+from gpubackend.solvers.trust_constr import make_trust_constr, make_trust_constr_hessian
 from gpubackend.solvers.trust_region_minimize import (
     make_dogleg,
     make_trust_exact,
@@ -68,7 +70,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 21
+SOLVER_CACHE_VERSION = 23
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -85,6 +87,12 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Cal
     (MinimizeOp, "trust-exact"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_exact),
     (MinimizeOp, "trust-ncg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_ncg),
     (MinimizeOp, "dogleg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_dogleg),
+    (MinimizeOp, "slsqp"): ((problem.VALUE_AND_GRADIENT,), make_slsqp),
+    (MinimizeOp, "trust-constr"): ((problem.VALUE_AND_GRADIENT,), make_trust_constr),
+    (MinimizeOp, "trust-constr-hessian"): (
+        (problem.VALUE_GRADIENT_AND_HESSIAN,),
+        make_trust_constr_hessian,
+    ),
     # MINPACK asks for the equations at every trial point, the Jacobian only where it refactors.
     (RootOp, "hybr"): ((problem.RESIDUAL, problem.JACOBIAN), make_hybrid_powell),
     (RootOp, "lm"): ((problem.RESIDUAL, problem.JACOBIAN), make_levenberg_marquardt),
