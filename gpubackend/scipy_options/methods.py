@@ -53,6 +53,8 @@ class ScipyMethod:
     """The op input scipy refuses for this method."""
     needs_hessian: bool = False
     """scipy refuses the method without ``hess`` (PyTensor's ``minimize(..., hess=True)``)."""
+    needs_gradient: bool = False
+    """scipy refuses the method without ``jac`` (PyTensor's ``minimize(..., jac=True)``)."""
     lacks: frozenset[str] = frozenset()
     """Fields of the settings family that this method does not take (they keep their default)."""
     jax: JaxSupport | None = None
@@ -134,7 +136,14 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 jax=JaxSupport(frozenset({"ftol", "gtol", "maxiter", "maxfun", "maxcor"})),
                 numba=_NATIVE_WITH_JAC,
             ),
-            ScipyMethod("Newton-CG", s.NewtonCGSettings(), ("xtol",), numba=_NATIVE_WITH_HESS),
+            ScipyMethod(
+                "Newton-CG",
+                s.NewtonCGSettings(),
+                ("xtol",),
+                needs_gradient=True,
+                jax=JaxSupport(frozenset({"xtol", "maxiter", "c1", "c2"})),
+                numba=_NATIVE_WITH_HESS,
+            ),
             ScipyMethod(
                 "trust-krylov",
                 s.TrustRegionSettings(),
