@@ -150,7 +150,7 @@ TRANSFORMS = {
 
 
 @pytest.mark.parametrize(
-    "method", ["L-BFGS-B", "BFGS", *SECOND_ORDER_METHODS, "SLSQP", "trust-constr"]
+    "method", ["L-BFGS-B", "BFGS", "Newton-CG", *SECOND_ORDER_METHODS, "SLSQP", "trust-constr"]
 )
 def test_laplace_logp_and_gradient_under_every_jax_transform(method):
     # Before: pmap and shard_map stopped while tracing, in lineax ("Symmetric/Hermitian

@@ -53,6 +53,8 @@ class ScipyMethod:
     """The op input scipy refuses for this method."""
     needs_hessian: bool = False
     """scipy refuses the method without ``hess`` (PyTensor's ``minimize(..., hess=True)``)."""
+    needs_gradient: bool = False
+    """scipy refuses the method without ``jac`` (PyTensor's ``minimize(..., jac=True)``)."""
     lacks: frozenset[str] = frozenset()
     """Fields of the settings family that this method does not take (they keep their default)."""
     refusal: Callable[[Any], str | None] | None = None
@@ -154,7 +156,14 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 jax=_JAX_TRUST_CONSTR,
                 numba=NumbaSupport(("jac",), ignores=_INTERIOR_POINT),
             ),
-            ScipyMethod("Newton-CG", s.NewtonCGSettings(), ("xtol",), numba=_NATIVE_WITH_HESS),
+            ScipyMethod(
+                "Newton-CG",
+                s.NewtonCGSettings(),
+                ("xtol",),
+                needs_gradient=True,
+                jax=JaxSupport(frozenset({"xtol", "maxiter", "c1", "c2"})),
+                numba=_NATIVE_WITH_HESS,
+            ),
             ScipyMethod(
                 "trust-krylov",
                 s.TrustRegionSettings(),

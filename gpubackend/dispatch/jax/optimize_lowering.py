@@ -43,6 +43,7 @@ from gpubackend.dispatch.jax.index_checks import (
 )
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
 from gpubackend.dispatch.jax.lowering_context import lowering_context
+from gpubackend.dispatch.jax.newton_cg import GRADIENT_OPTION, ScipyNewtonCG
 from gpubackend.dispatch.jax.optimize_methods import (
     ScipyIterations,
     SolverChoice,
@@ -118,6 +119,7 @@ _UNTRACEABLE_IN_MESH = (
     # Their objective, closure-converted by optimistix, refuses the tracers of its own gradient.
     SLSQP,
     TrustConstr,
+    ScipyNewtonCG,
 )
 
 
@@ -185,16 +187,25 @@ def _as_vector(equations: Objective) -> Objective:
 
 
 def _own_derivatives(op: ScipyWrapperOp, outputs: Outputs) -> dict | None:
-    """The option that hands the second-order minimisers (`trust_region`) the op's own gradient and
-    Hessian (PyTensor's graphs, as scipy is given them), where it carries both (``hess=True``)."""
-    if not getattr(op, "hess", False):
+    """The options that hand the minimisers that read them (`newton_cg`, `trust_region`) a
+    minimize op's own gradient (``jac=True``) and Hessian (``hess=True``): PyTensor's graphs, as
+    scipy is given them."""
+    if not (isinstance(op, MinimizeOp) and op.jac):
         return None
 
-    def value_gradient_hessian(y, args):
-        f, gradient, hessian = outputs(y, args)[:3]
-        return f, gradient, hessian
+    def value_gradient(y, args):
+        f, gradient = outputs(y, args)[:2]
+        return f, gradient
 
-    return {DERIVATIVES_OPTION: value_gradient_hessian}
+    options = {GRADIENT_OPTION: value_gradient}
+    if op.hess:
+
+        def value_gradient_hessian(y, args):
+            f, gradient, hessian = outputs(y, args)[:3]
+            return f, gradient, hessian
+
+        options[DERIVATIVES_OPTION] = value_gradient_hessian
+    return options
 
 
 def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable, minimises: bool) -> Callable:

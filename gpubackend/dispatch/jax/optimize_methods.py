@@ -33,6 +33,7 @@ from pytensor.tensor.optimize import (
 from gpubackend.dispatch.jax import trust_subproblems
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
+from gpubackend.dispatch.jax.newton_cg import ScipyNewtonCG
 from gpubackend.dispatch.jax.noise_aware_search import (
     ROUNDING_ULPS,
     NoiseAwareBFGS,
@@ -252,6 +253,22 @@ def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:
     return _iterations(solver, settings.maxiter, settings.maxfun)
 
 
+def _newton_cg(settings: s.NewtonCGSettings, n: int, dtype: str) -> SolverChoice:
+    maxiter = minimize_maxiter(settings.maxiter, n)
+    rtol, atol = _floored(dtype, settings.xtol, settings.xtol)
+    solver = ScipyNewtonCG(
+        xtol=settings.xtol,
+        c1=settings.c1,
+        c2=settings.c2,
+        max_iterations=maxiter,
+        rtol=rtol,
+        atol=atol,
+        norm=optx.max_norm,
+    )
+    # One step per scipy iteration; its maxiter=0 ends before the first.
+    return SolverChoice(solver, max(maxiter, 1))
+
+
 def _trust_region(subproblem: Subproblem) -> SolverBuilder:
     def build(settings: s.TrustRegionSettings, n: int, dtype: str) -> SolverChoice:
         maxiter = minimize_maxiter(settings.maxiter, n)
@@ -367,6 +384,7 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "bfgs"): _bfgs,
     (MinimizeOp, "cg"): _cg,
     (MinimizeOp, "l-bfgs-b"): _lbfgsb,
+    (MinimizeOp, "newton-cg"): _newton_cg,
     (MinimizeOp, "trust-exact"): _trust_region(trust_subproblems.exact),
     (MinimizeOp, "trust-krylov"): _trust_region(trust_subproblems.exact),
     (MinimizeOp, "trust-ncg"): _trust_region(trust_subproblems.steihaug_cg),
@@ -417,6 +435,9 @@ def solver_for_size(op: ScipyWrapperOp, dtype: str) -> Callable[[int], SolverCho
             f"minimize(method={resolved.method.name!r}) needs the gradient and the Hessian, as "
             "scipy does: pass jac=True, hess=True"
         )
+    if resolved.method.needs_gradient and not op.jac:
+        # scipy's own error, which FAST_COMPILE raises on the first call.
+        raise ValueError(f"Jacobian is required for {resolved.method.name} method")
     resolved.refuse_unless_honoured(support.honours, _BACKEND)
     return lambda n_variables: build(resolved.settings, max(n_variables, 1), dtype)
 
