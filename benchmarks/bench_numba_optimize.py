@@ -78,7 +78,7 @@ class Case:
         return f"{self.op} {self.method}{flags} {self.problem}" + (" +grad" if self.grad else "")
 
 
-CASES = (
+CASES: tuple[Case, ...] = (
     Case("minimize", "BFGS", "rosenbrock2"),
     Case("minimize", "BFGS", "rosenbrock10"),
     Case("minimize", "BFGS", "quartic3", options=(("tol", 1e-8),)),
@@ -89,6 +89,7 @@ CASES = (
     Case("minimize", "trust-exact", "rosenbrock2", kwargs=(("hess", True),)),
     Case("minimize", "trust-ncg", "rosenbrock2", kwargs=(("hess", True),)),
     Case("minimize", "dogleg", "rosenbrock2", kwargs=(("hess", True),)),
+    Case("minimize", "Nelder-Mead", "rosenbrock2"),
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),)),
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),), grad=True),
     Case("root", "hybr", "two_equations"),
@@ -257,6 +258,11 @@ def hand_written_problems() -> dict[tuple[str, str], tuple[Callable, ...]]:
         return rosenbrock_value_grad(x, args[0])
 
     @njit
+    def rosenbrock_value(x, args):
+        args[1][0] += 1
+        return rosenbrock_value_grad(x, args[0])[0]
+
+    @njit
     def rosenbrock_with_hessian(x, args):
         args[1][0] += 1
         a = args[0]
@@ -327,6 +333,7 @@ def hand_written_problems() -> dict[tuple[str, str], tuple[Callable, ...]]:
         return f, (scalar_cubic(z + step, args) - f) / step
 
     return {
+        ("rosenbrock", "value"): (rosenbrock_value,),
         ("rosenbrock", "gradient"): (rosenbrock,),
         ("rosenbrock", "hessian"): (rosenbrock_with_hessian,),
         ("quartic", "gradient"): (quartic,),
@@ -351,6 +358,7 @@ def _outputs_wanted(plan_solver: str, op) -> str:
 
     wanted, _ = NATIVE_SOLVERS[(type(op), plan_solver)]
     return {
+        (evaluations.VALUE,): "value",
         (evaluations.VALUE_AND_GRADIENT,): "gradient",
         (evaluations.VALUE_GRADIENT_AND_HESSIAN,): "hessian",
         (evaluations.RESIDUAL, evaluations.JACOBIAN): "residual, jacobian",
@@ -648,12 +656,16 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="fewer repeats and a shorter time budget"
     )
+    parser.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
     parser.add_argument("--stock-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--latency-worker", nargs=2, metavar=("CASE", "COMPILEDIR"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     repeats, budget_s = (5, 0.3) if args.quick else (9, 1.5)
+    if args.only:
+        global CASES
+        CASES = tuple(case for case in CASES if args.only in case.name)
 
     if args.stock_worker:
         print(json.dumps(solve_times(repeats, budget_s)))
@@ -662,7 +674,8 @@ def main() -> None:
         print(json.dumps({"seconds": compile_latency(args.latency_worker[0])}))
         return
 
-    stock = run_worker(["--stock-worker", *(["--quick"] if args.quick else [])])
+    only = ["--only", args.only] if args.only else []
+    stock = run_worker(["--stock-worker", *(["--quick"] if args.quick else []), *only])
     import gpubackend  # noqa: F401  (only now: the stock worker must not see it)
 
     ours_or_failed = solve_times(repeats, budget_s)
@@ -675,6 +688,8 @@ def main() -> None:
     bfgs_rows = bfgs_floor_rows(repeats, budget_s, ours)
     latency = {}
     for name in QUICK_LATENCY_CASES if args.quick else LATENCY_CASES:
+        if args.only and args.only not in name:
+            continue
         with tempfile.TemporaryDirectory(prefix="bench_numba_optimize_") as compiledir:
             cold = run_worker(["--latency-worker", name, compiledir])["seconds"]
             warm = run_worker(["--latency-worker", name, compiledir])["seconds"]

@@ -136,6 +136,12 @@ OP_OPTIONS: dict[type, OpOptions] = {
             ),
             ScipyMethod("Newton-CG", s.NewtonCGSettings(), ("xtol",), numba=_NATIVE_WITH_HESS),
             ScipyMethod(
+                "Nelder-Mead",
+                s.NelderMeadSettings(),
+                ("xatol", "fatol"),
+                numba=NumbaSupport(ignores=frozenset({"initial_simplex"})),
+            ),
+            ScipyMethod(
                 "trust-krylov",
                 s.TrustRegionSettings(),
                 ("gtol",),
