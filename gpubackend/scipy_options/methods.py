@@ -139,6 +139,9 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 "Nelder-Mead",
                 s.NelderMeadSettings(),
                 ("xatol", "fatol"),
+                jax=JaxSupport(
+                    frozenset({"xatol", "fatol", "adaptive", "maxiter", "maxfev", "bounds"})
+                ),
                 numba=NumbaSupport(ignores=frozenset({"initial_simplex"})),
             ),
             ScipyMethod(

@@ -42,6 +42,7 @@ from gpubackend.dispatch.jax.index_checks import (
     objective_index_conditions,
 )
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
+from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
 from gpubackend.dispatch.jax.lowering_context import lowering_context
 from gpubackend.dispatch.jax.optimize_methods import (
     ScipyIterations,
@@ -113,6 +114,8 @@ _UNTRACEABLE_IN_MESH = (
     # equinox's loop starts its carry's "previous step ran" flag unvarying; a verdict that varies
     # over the mesh (scipy's, in the state) makes it varying.
     ScipyTrustRegion,
+    # The objective, closure-converted by optimistix, refuses the vertices' mesh types.
+    ScipyNelderMead,
 )
 
 
