@@ -76,6 +76,12 @@ def test_nelder_mead_takes_scipys_steps_and_verdict_and_its_gradient(name):
     assert bool(got[2]) == (name in ("tight", "adaptive", "bounded"))
 
 
+def test_nelder_mead_refuses_an_initial_simplex_by_name():
+    inputs, outputs, _ = _minimize_problem("Nelder-Mead", options={"initial_simplex": np.eye(4, 3)})
+    with pytest.raises(NotImplementedError, match="initial_simplex"):
+        pytensor.function(inputs, outputs, mode="JAX_GPU")
+
+
 TRUST_REGION_METHODS = ["trust-exact", "trust-krylov", "trust-ncg", "dogleg"]
 
 

@@ -42,8 +42,8 @@ from gpubackend.dispatch.jax.index_checks import (
     objective_index_conditions,
 )
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
-from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
 from gpubackend.dispatch.jax.lowering_context import lowering_context
+from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
 from gpubackend.dispatch.jax.optimize_methods import (
     ScipyIterations,
     SolverChoice,
