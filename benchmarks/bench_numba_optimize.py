@@ -94,6 +94,7 @@ CASES: tuple[Case, ...] = (
     Case("minimize", "SLSQP", "rosenbrock10"),
     Case("minimize", "trust-constr", "rosenbrock2"),
     Case("minimize", "trust-constr", "rosenbrock2", kwargs=(("hess", True),)),
+    Case("minimize", "Nelder-Mead", "rosenbrock2"),
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),)),
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),), grad=True),
     Case("root", "hybr", "two_equations"),
@@ -262,6 +263,11 @@ def hand_written_problems() -> dict[tuple[str, str], tuple[Callable, ...]]:
         return rosenbrock_value_grad(x, args[0])
 
     @njit
+    def rosenbrock_value(x, args):
+        args[1][0] += 1
+        return rosenbrock_value_grad(x, args[0])[0]
+
+    @njit
     def rosenbrock_with_hessian(x, args):
         args[1][0] += 1
         a = args[0]
@@ -332,6 +338,7 @@ def hand_written_problems() -> dict[tuple[str, str], tuple[Callable, ...]]:
         return f, (scalar_cubic(z + step, args) - f) / step
 
     return {
+        ("rosenbrock", "value"): (rosenbrock_value,),
         ("rosenbrock", "gradient"): (rosenbrock,),
         ("rosenbrock", "hessian"): (rosenbrock_with_hessian,),
         ("quartic", "gradient"): (quartic,),
@@ -356,6 +363,7 @@ def _outputs_wanted(plan_solver: str, op) -> str:
 
     wanted, _ = NATIVE_SOLVERS[(type(op), plan_solver)]
     return {
+        (evaluations.VALUE,): "value",
         (evaluations.VALUE_AND_GRADIENT,): "gradient",
         (evaluations.VALUE_GRADIENT_AND_HESSIAN,): "hessian",
         (evaluations.RESIDUAL, evaluations.JACOBIAN): "residual, jacobian",

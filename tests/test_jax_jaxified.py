@@ -6,6 +6,7 @@ then ``jax_funcify`` it. The samplers differentiate the result with ``jax.grad``
 """
 
 import functools
+import warnings
 
 import jax
 import numpy as np
@@ -44,6 +45,29 @@ def test_logp_with_a_minimize_and_an_ofg_is_jitted_and_differentiated_by_jax():
     np.testing.assert_allclose(logp_fn(x0, a_value), want_logp, rtol=1e-6)
     # optimistix differentiates its solve implicitly, as PyTensor does symbolically.
     np.testing.assert_allclose(jax.grad(logp_fn, argnums=1)(x0, a_value), want_grad, rtol=1e-5)
+
+
+def test_a_derivative_free_minimize_is_differentiated_by_jax():
+    # Before: NotImplementedError (Nelder-Mead had no JAX equivalent). The implicit derivative
+    # needs no derivative from the method: it comes from the objective's.
+    x, a = pt.vector("x"), pt.vector("a")
+    solution, _ = minimize(
+        ((x - a) ** 2).sum() + 0.1 * (x**4).sum(),
+        x,
+        method="Nelder-Mead",
+        optimizer_kwargs={"tol": 1e-12, "options": {"maxfev": 5000}},
+    )
+    logp = -(solution**2 * a).sum()
+    graph_fn = jaxified([x, a], [logp])
+    logp_fn = jax.jit(lambda x_value, a_value: graph_fn(x_value, a_value)[0])
+    x0, a_value = np.zeros(3), np.array([0.5, -1.0, 2.0])
+    reference = pytensor.function([x, a], [logp, pytensor.grad(logp, a)], mode="FAST_COMPILE")
+    with warnings.catch_warnings():
+        # scipy warns that Nelder-Mead does not use the gradient PyTensor's jac=True hands it.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want_logp, want_grad = reference(x0, a_value)
+    np.testing.assert_allclose(logp_fn(x0, a_value), want_logp, rtol=1e-8)
+    np.testing.assert_allclose(jax.grad(logp_fn, argnums=1)(x0, a_value), want_grad, rtol=1e-6)
 
 
 def test_logp_with_a_while_scan_is_differentiated_by_jax():
@@ -188,6 +212,12 @@ OTHER_SOLVERS = {
     "lm": lambda y, a: root(_two_equations(y, a), y, method="lm")[0].sum(),
     "root_scalar-newton": lambda y, a: root_scalar(y**3 + y - a, y, method="newton")[0],
     "brent": lambda y, a: minimize_scalar((y - a) ** 2 + y**4, y, method="brent")[0],
+    "nelder-mead": lambda y, a: minimize(
+        ((y - a) ** 2).sum() + (y**4).sum(),
+        y,
+        method="Nelder-Mead",
+        optimizer_kwargs={"tol": 1e-10},
+    )[0].sum(),
 }
 
 

@@ -166,6 +166,65 @@ def test_minimize_method_matches_scipy(minimize_methods_problem, name):
     assert_matches_reference(minimize_methods_problem[name])
 
 
+NELDER_MEAD_OPTIONS = {
+    "tight": {"tol": 1e-10, "options": {"maxfev": 5000}},
+    "adaptive": {"options": {"adaptive": True, "xatol": 1e-9, "fatol": 1e-12, "maxiter": 3000}},
+    "bounded": {"tol": 1e-10, "bounds": [(None, 0.9), (0.0, 2.0)]},
+    "out_of_iterations": {"options": {"maxiter": 20}},
+    "out_of_evaluations": {"options": {"maxfev": 31}},
+    "shrinking_at_the_budget": {"options": {"maxfev": 2}},
+}
+NELDER_MEAD_CONVERGED = ["tight", "adaptive", "bounded"]
+
+
+@pytest.fixture(scope="module")
+def nelder_mead_problem():
+    x = pt.vector("x")
+    a = pt.scalar("a")
+    objective = rosenbrock(x, a)
+    problems = {
+        name: minimize(objective, x, method="Nelder-Mead", optimizer_kwargs=options)
+        for name, options in NELDER_MEAD_OPTIONS.items()
+    }
+    # Derivative-free: the op's gradient output is not read, and an op without one runs too.
+    problems["without_gradient"] = minimize(
+        objective, x, method="Nelder-Mead", jac=False, optimizer_kwargs={"tol": 1e-10}
+    )
+    with warnings.catch_warnings():
+        # scipy warns that Nelder-Mead does not use the gradient PyTensor's jac=True hands it.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return solve_with_both_backends(problems, [x, a], a, (np.array([-1.2, 1.0]), 1.3))
+
+
+@pytest.mark.parametrize("name", [*NELDER_MEAD_CONVERGED, "without_gradient"])
+def test_nelder_mead_matches_scipy_including_ift_gradient(nelder_mead_problem, name):
+    assert_matches_reference(nelder_mead_problem[name])
+
+
+@pytest.mark.parametrize(
+    "name", ["out_of_iterations", "out_of_evaluations", "shrinking_at_the_budget"]
+)
+def test_nelder_mead_out_of_budget_fails_at_scipys_point(nelder_mead_problem, name):
+    (solution, success, _), (want_solution, want_success, _) = nelder_mead_problem[name]
+    assert not bool(want_success)
+    assert not bool(success)
+    np.testing.assert_allclose(solution, want_solution, rtol=RTOL)
+
+
+@pytest.mark.parametrize("mode", ["NUMBA", REFERENCE_MODE])
+def test_nelder_mead_with_crossed_bounds_raises_scipys_error(mode):
+    x = pt.vector("x")
+    solution, _ = minimize(
+        ((x - 1.0) ** 2).sum(),
+        x,
+        method="Nelder-Mead",
+        optimizer_kwargs={"bounds": [(0.0, 1.0), (2.0, -2.0)]},
+    )
+    fn = pytensor.function([x], solution, mode=mode)
+    with pytest.raises(ValueError, match="upper bound is less than the corresponding lower"):
+        fn(np.zeros(2))
+
+
 TRUST_REGION_METHODS = ["trust-exact", "trust-ncg", "dogleg"]
 # Methods checked together: values, implicit gradient, batching and budgets against scipy.
 CHECKED_METHODS = [*TRUST_REGION_METHODS, "CG"]
@@ -357,11 +416,15 @@ def test_link_and_calls_are_rewrite_free(bfgs_problem):
     np.testing.assert_allclose(results[1][0], bfgs_problem["expected"][0], rtol=RTOL)
 
 
+OBJECT_MODE_BFGS = {"method": "BFGS", "optimizer_kwargs": {"options": {"norm": 2}}}
+"""A configuration without a native solver (BFGS's norm other than inf)."""
+
+
 def test_contract_check_detects_object_mode_fallback():
     """The probe must see the nested compile scipy's object-mode path makes."""
     x = pt.vector("x")
     a = pt.scalar("a")
-    solution, _ = minimize(rosenbrock(x, a), x, method="Nelder-Mead")
+    solution, _ = minimize(rosenbrock(x, a), x, **OBJECT_MODE_BFGS)
     with pytest.warns(ObjectModeFallbackWarning):
         counts, _ = link_and_call_twice([x, a], [solution], (np.array([-1.2, 1.0]), 1.3))
     assert counts[LINK].compilations + counts[CALL].compilations > 0
@@ -370,13 +433,13 @@ def test_contract_check_detects_object_mode_fallback():
 def test_fallback_warns_once_naming_the_method_and_matches_scipy():
     x = pt.vector("x")
     a = pt.scalar("a")
-    solution, success = minimize(rosenbrock(x, a), x, method="Nelder-Mead")
+    solution, success = minimize(rosenbrock(x, a), x, **OBJECT_MODE_BFGS)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fn = pytensor.function([x, a], [solution, success], mode="NUMBA")
     fallback = [w for w in caught if issubclass(w.category, ObjectModeFallbackWarning)]
     assert len(fallback) == 1
-    assert "Nelder-Mead" in str(fallback[0].message)
+    assert "BFGS" in str(fallback[0].message)
     assert not [w for w in caught if "Numba will use object mode" in str(w.message)]
     values = (np.array([-1.2, 1.0]), 1.3)
     expected = pytensor.function([x, a], [solution, success], mode=REFERENCE_MODE)(*values)

@@ -164,6 +164,7 @@ CASES = [
     Case("minimize", "BFGS", "maxiter", {}),
     Case("minimize", "L-BFGS-B", "maxiter", {}),
     Case("minimize", "trust-exact", "maxiter", {}),
+    Case("minimize", "Nelder-Mead", "maxiter", {}),
     Case("root", "hybr", "maxfev", {}),
     Case("root", "lm", "maxiter", {}),
     Case("minimize_scalar", "brent", "maxiter", {}),

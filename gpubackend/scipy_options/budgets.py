@@ -16,3 +16,23 @@ def minimize_maxiter(maxiter: int, n: int) -> int:
 def minpack_maxfev(maxfev: int, n: int) -> int:
     """``maxfev``; where it is `MINPACK_DEFAULT`, MINPACK's ``100 * (n + 1)`` (with a Jacobian)."""
     return 100 * (n + 1) if maxfev == MINPACK_DEFAULT else maxfev
+
+
+NELDER_MEAD_PER_VARIABLE = 200
+"""Nelder-Mead's default budgets: ``200 * len(x0)`` iterations and evaluations."""
+
+UNLIMITED = 2**31 - 1
+"""A budget scipy leaves at ``np.inf``: more than any solve can spend, and an int32 still."""
+
+
+def direct_search_budgets(maxiter: int, maxfev: int, n: int, per_variable: int) -> tuple[int, int]:
+    """``(maxiter, maxfev)`` of Nelder-Mead (``per_variable`` 200) and Powell (1000), as scipy sets
+    them: both `SIZE_DEPENDENT` are ``per_variable * n`` each; one set leaves the other unlimited.
+    """
+    if maxiter == SIZE_DEPENDENT and maxfev == SIZE_DEPENDENT:
+        return per_variable * n, per_variable * n
+    if maxiter == SIZE_DEPENDENT:
+        return UNLIMITED, maxfev
+    if maxfev == SIZE_DEPENDENT:
+        return maxiter, UNLIMITED
+    return maxiter, maxfev

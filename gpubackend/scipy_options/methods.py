@@ -165,6 +165,15 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 numba=_NATIVE_WITH_HESS,
             ),
             ScipyMethod(
+                "Nelder-Mead",
+                s.NelderMeadSettings(),
+                ("xatol", "fatol"),
+                jax=JaxSupport(
+                    frozenset({"xatol", "fatol", "adaptive", "maxiter", "maxfev", "bounds"})
+                ),
+                numba=NumbaSupport(ignores=frozenset({"initial_simplex"})),
+            ),
+            ScipyMethod(
                 "trust-krylov",
                 s.TrustRegionSettings(),
                 ("gtol",),

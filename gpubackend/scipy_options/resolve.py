@@ -149,6 +149,9 @@ def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any)
     where = f"{kind}(method={method.name!r}) option {name!r}"
     if name == "bounds":
         return _box_bounds(where, value)
+    if default is None:
+        # An option no backend reads (Nelder-Mead's ``initial_simplex``): the lowerings refuse it.
+        return value
     if isinstance(default, bool):
         if not isinstance(value, bool | np.bool_):
             raise ValueError(f"{where} must be True or False, got {value!r}")

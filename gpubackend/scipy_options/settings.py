@@ -127,6 +127,24 @@ class TrustConstrSettings(NamedTuple):
     bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
 
 
+class NelderMeadSettings(NamedTuple):
+    """``minimize(method="Nelder-Mead")``: stop when the simplex spans at most ``xatol`` and its
+    values at most ``fatol``; ``bounds`` clips every vertex, as scipy's does.
+
+    ``maxiter`` and ``maxfev`` left at their defaults are both ``200 * len(x0)``; one of them set
+    leaves the other unlimited (`budgets.direct_search_budgets`). ``initial_simplex`` is taken as
+    given (no backend reads it: the lowerings refuse it by name).
+    """
+
+    xatol: float = 1e-4
+    fatol: float = 1e-4
+    adaptive: bool = False
+    maxiter: int = SIZE_DEPENDENT
+    maxfev: int = SIZE_DEPENDENT
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
+    initial_simplex: object = None
+
+
 class HybrSettings(NamedTuple):
     """``root(method="hybr")`` (MINPACK hybrj): ``maxfev`` counts evaluations of the equations."""
 

@@ -43,6 +43,7 @@ from gpubackend.dispatch.jax.index_checks import (
 )
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
 from gpubackend.dispatch.jax.lowering_context import lowering_context
+from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
 from gpubackend.dispatch.jax.newton_cg import GRADIENT_OPTION, ScipyNewtonCG
 from gpubackend.dispatch.jax.optimize_methods import (
     ScipyIterations,
@@ -120,6 +121,8 @@ _UNTRACEABLE_IN_MESH = (
     SLSQP,
     TrustConstr,
     ScipyNewtonCG,
+    # The objective, closure-converted by optimistix, refuses the vertices' mesh types.
+    ScipyNelderMead,
 )
 
 

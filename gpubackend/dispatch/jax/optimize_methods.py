@@ -33,6 +33,7 @@ from pytensor.tensor.optimize import (
 from gpubackend.dispatch.jax import trust_subproblems
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
+from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
 from gpubackend.dispatch.jax.newton_cg import ScipyNewtonCG
 from gpubackend.dispatch.jax.noise_aware_search import (
     ROUNDING_ULPS,
@@ -51,11 +52,13 @@ from gpubackend.scipy_options import (
     resolve,
 )
 from gpubackend.scipy_options import settings as s
+from gpubackend.scipy_options.budgets import NELDER_MEAD_PER_VARIABLE, direct_search_budgets
 from gpubackend.scipy_options.methods import JaxSupport
 
 # optimistix's NelderMead is left out on purpose: on a smooth 3-variable
 # quadratic-plus-quartic it reports success at points that are not minima
-# (its start simplex collapses), which would be a silently wrong answer.
+# (its start simplex collapses), which would be a silently wrong answer;
+# `ScipyNelderMead` is scipy's instead.
 
 _BACKEND = "JAX (optimistix) lowering"
 
@@ -326,6 +329,27 @@ def _trust_constr(settings: s.TrustConstrSettings, n: int, dtype: str) -> Solver
     return SolverChoice(solver, max(settings.maxiter, 1))
 
 
+def _nelder_mead(settings: s.NelderMeadSettings, n: int, dtype: str) -> SolverChoice:
+    maxiter, maxfev = direct_search_budgets(
+        settings.maxiter, settings.maxfev, n, NELDER_MEAD_PER_VARIABLE
+    )
+    lower, upper = settings.bounds
+    solver = ScipyNelderMead(
+        xatol=settings.xatol,
+        fatol=settings.fatol,
+        adaptive=settings.adaptive,
+        max_iterations=maxiter,
+        max_evaluations=maxfev,
+        lower=lower,
+        upper=upper,
+        rtol=settings.xatol,
+        atol=settings.fatol,
+        norm=optx.max_norm,
+    )
+    # Each step is one iteration and spends at least one evaluation.
+    return SolverChoice(solver, max(1, min(maxiter, maxfev)))
+
+
 def _hybr(settings: s.HybrSettings, n: int, dtype: str) -> SolverChoice:
     maxfev = minpack_maxfev(settings.maxfev, n)
     rtol, atol = _floored(dtype, settings.xtol, settings.xtol)
@@ -391,6 +415,7 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "dogleg"): _trust_region(trust_subproblems.dogleg),
     (MinimizeOp, "slsqp"): _slsqp,
     (MinimizeOp, "trust-constr"): _trust_constr,
+    (MinimizeOp, "nelder-mead"): _nelder_mead,
     (RootOp, "hybr"): _hybr,
     (RootOp, "lm"): _lm,
     (MinimizeScalarOp, "brent"): _bracket_minimize,
