@@ -78,7 +78,7 @@ class Case:
         return f"{self.op} {self.method}{flags} {self.problem}" + (" +grad" if self.grad else "")
 
 
-CASES = (
+CASES: tuple[Case, ...] = (
     Case("minimize", "BFGS", "rosenbrock2"),
     Case("minimize", "BFGS", "rosenbrock10"),
     Case("minimize", "BFGS", "quartic3", options=(("tol", 1e-8),)),
@@ -93,6 +93,8 @@ CASES = (
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),), grad=True),
     Case("root", "hybr", "two_equations"),
     Case("root", "lm", "two_equations"),
+    Case("root", "df-sane", "two_equations", kwargs=(("jac", False),)),
+    Case("root", "df-sane", "two_equations", kwargs=(("jac", False),), grad=True),
     Case("minimize_scalar", "brent", "quartic1", options=(("tol", 1e-12),)),
     Case("minimize_scalar", "brent", "quartic1", options=(("tol", 1e-12),), grad=True),
     Case("minimize_scalar", "golden", "quartic1"),
@@ -332,6 +334,7 @@ def hand_written_problems() -> dict[tuple[str, str], tuple[Callable, ...]]:
         ("quartic", "gradient"): (quartic,),
         ("cubic", "residual, jacobian"): (cubic, cubic_jacobian),
         ("two_equations", "residual, jacobian"): (two_equations, two_equations_jacobian),
+        ("two_equations", "residual"): (two_equations,),
         ("quartic", "value"): (scalar_quartic,),
         ("cubic", "value"): (scalar_cubic,),
         ("cubic", "derivative"): (scalar_cubic_with_derivative,),
@@ -354,6 +357,7 @@ def _outputs_wanted(plan_solver: str, op) -> str:
         (evaluations.VALUE_AND_GRADIENT,): "gradient",
         (evaluations.VALUE_GRADIENT_AND_HESSIAN,): "hessian",
         (evaluations.RESIDUAL, evaluations.JACOBIAN): "residual, jacobian",
+        (evaluations.RESIDUAL,): "residual",
         (evaluations.SCALAR_VALUE,): "value",
         (evaluations.SCALAR_VALUE_AND_DERIVATIVE,): "derivative",
         (evaluations.SCALAR_VALUE_AND_FORWARD_DIFFERENCE,): "forward_difference",
@@ -648,12 +652,16 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="fewer repeats and a shorter time budget"
     )
+    parser.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
     parser.add_argument("--stock-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--latency-worker", nargs=2, metavar=("CASE", "COMPILEDIR"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     repeats, budget_s = (5, 0.3) if args.quick else (9, 1.5)
+    if args.only:
+        global CASES
+        CASES = tuple(case for case in CASES if args.only in case.name)
 
     if args.stock_worker:
         print(json.dumps(solve_times(repeats, budget_s)))
@@ -662,7 +670,8 @@ def main() -> None:
         print(json.dumps({"seconds": compile_latency(args.latency_worker[0])}))
         return
 
-    stock = run_worker(["--stock-worker", *(["--quick"] if args.quick else [])])
+    only = ["--only", args.only] if args.only else []
+    stock = run_worker(["--stock-worker", *(["--quick"] if args.quick else []), *only])
     import gpubackend  # noqa: F401  (only now: the stock worker must not see it)
 
     ours_or_failed = solve_times(repeats, budget_s)
@@ -675,6 +684,8 @@ def main() -> None:
     bfgs_rows = bfgs_floor_rows(repeats, budget_s, ours)
     latency = {}
     for name in QUICK_LATENCY_CASES if args.quick else LATENCY_CASES:
+        if args.only and args.only not in name:
+            continue
         with tempfile.TemporaryDirectory(prefix="bench_numba_optimize_") as compiledir:
             cold = run_worker(["--latency-worker", name, compiledir])["seconds"]
             warm = run_worker(["--latency-worker", name, compiledir])["seconds"]

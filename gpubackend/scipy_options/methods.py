@@ -12,7 +12,7 @@ lowering on either backend.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp
@@ -55,6 +55,8 @@ class ScipyMethod:
     """scipy refuses the method without ``hess`` (PyTensor's ``minimize(..., hess=True)``)."""
     lacks: frozenset[str] = frozenset()
     """Fields of the settings family that this method does not take (they keep their default)."""
+    choices: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """The values scipy accepts for a string option; any other is scipy's ``ValueError``."""
     jax: JaxSupport | None = None
     """How the JAX lowering runs it; None: it refuses the method."""
     numba: NumbaSupport | None = None
@@ -99,6 +101,8 @@ _JAX_TRUST_REGION = JaxSupport(
     frozenset({"gtol", "maxiter", "initial_trust_radius", "max_trust_radius", "eta"})
 )
 _NOT_KRYLOV = frozenset({"inexact"})
+_DF_SANE_CALLABLES = frozenset({"fnorm", "eta_strategy"})
+_DF_SANE_NUMERIC = frozenset(s.DFSaneSettings._fields) - _DF_SANE_CALLABLES
 
 _NATIVE_BRACKETING = frozenset({"bisect", "brentq"})
 _BRACKETING_ROOT = tuple(
@@ -177,6 +181,14 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 ("xtol",),
                 jax=JaxSupport(frozenset({"xtol", "ftol", "gtol", "maxiter", "factor"})),
                 numba=_NATIVE_WITH_JAC,
+            ),
+            ScipyMethod(
+                "df-sane",
+                s.DFSaneSettings(),
+                ("ftol",),
+                choices={"line_search": frozenset({"cruz", "cheng"})},
+                jax=JaxSupport(_DF_SANE_NUMERIC),
+                numba=NumbaSupport(ignores=_DF_SANE_CALLABLES),
             ),
         ),
         frozenset(),

@@ -148,6 +148,15 @@ def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any)
     where = f"{kind}(method={method.name!r}) option {name!r}"
     if name == "bounds":
         return _box_bounds(where, value)
+    if default is None:
+        # A callable option (df-sane's ``fnorm``): taken as given, the lowerings refuse it by name.
+        return value
+    if name in method.choices:
+        if not (isinstance(value, str) and value in method.choices[name]):
+            raise ValueError(
+                f"{where} must be one of {sorted(method.choices[name])}, got {value!r}"
+            )
+        return value
     if isinstance(default, bool):
         if not isinstance(value, bool | np.bool_):
             raise ValueError(f"{where} must be True or False, got {value!r}")
