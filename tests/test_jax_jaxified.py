@@ -233,3 +233,23 @@ def test_other_solvers_under_pmap_match_jit(name):
     want = jax.jit(jax.vmap(fn))(LOG_TAUS)
     got = pmapped(fn)(LOG_TAUS)
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_df_sane_solution_is_differentiated_by_jax_as_by_pytensor():
+    # From (0.5, 0.5) df-sane finds no root of `_two_equations` (scipy's neither): its own problem.
+    y, a = pt.vector("y"), pt.scalar("a")
+    equations = pt.stack([y[0] + 0.5 * y[1] ** 3 - a, 0.5 * (y[1] - y[0]) ** 3 + y[1] - 0.3])
+    solution, success = root(
+        equations, y, method="df-sane", jac=False, optimizer_kwargs={"tol": 1e-12}
+    )
+    start = np.zeros(2)
+    reference = pytensor.function(
+        [y, a], [solution.sum(), pt.grad(solution.sum(), a), success], mode="FAST_COMPILE"
+    )
+    expected = np.array([reference(start, tau)[:2] for tau in LOG_TAUS])
+    assert all(reference(start, tau)[2] for tau in LOG_TAUS)
+    graph_fn = jaxified([y, a], [solution.sum()])
+    fn = jax.value_and_grad(lambda a_value: graph_fn(start, a_value)[0])
+    np.testing.assert_allclose(np.array(jax.jit(jax.vmap(fn))(LOG_TAUS)).T, expected, rtol=1e-6)
+    # Inside pmap the damped Newton stand-in solves it (`optimize_lowering`).
+    np.testing.assert_allclose(np.array(pmapped(fn)(LOG_TAUS)).T, expected, rtol=1e-6)

@@ -311,6 +311,27 @@ def test_root_and_its_gradient(method, mode):
 
 @pytest.mark.parametrize("mode", JAX_MODES)
 @pytest.mark.parametrize(
+    "options",
+    [{}, {"line_search": "cheng", "M": 3}, {"maxfev": 6}],
+    ids=["cruz", "cheng", "out_of_evaluations"],
+)
+def test_df_sane_and_its_gradient(options, mode):
+    x, a = pt.vector("x"), pt.vector("a")
+    equations = pt.stack([x[0] + 0.5 * x[1] ** 3 - a[0], 0.5 * (x[1] - x[0]) ** 3 + x[1] - a[1]])
+    # jac=False: scipy's df-sane takes the equations alone.
+    solution, success = root(
+        equations, x, method="df-sane", jac=False, optimizer_kwargs={"options": options}
+    )
+    inputs = [x, a]
+    outputs = [solution, pt.grad(solution.sum(), a), success]
+    got = assert_matches_reference(
+        inputs, outputs, [np.zeros(2), np.array([1.0, 0.3])], mode, rtol=1e-8
+    )
+    assert bool(got[2]) == ("maxfev" not in options)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+@pytest.mark.parametrize(
     "method, bracket, jac", [("brentq", (0.0, 5.0), False), ("newton", None, True)]
 )
 def test_root_scalar_and_its_gradient(method, bracket, jac, mode):

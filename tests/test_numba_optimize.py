@@ -671,3 +671,97 @@ def test_df_sane_on_a_0d_x_is_refused_before_scipy_crashes(mode):
     solution, _ = root(z**3 + z - 1.0, z, method="df-sane")
     with pytest.raises(ValueError, match=r"df-sane.*0-d"):
         pytensor.function([z], solution, mode=mode)
+
+
+def _df_sane_equations(x, a):
+    return pt.stack([x[0] ** 2 + x[1] ** 2 - a, x[0] - x[1] ** 3])
+
+
+DF_SANE_START, DF_SANE_A = np.array([1.0, 1.0]), 3.0
+
+
+def _df_sane_scipy_evaluations() -> int:
+    def equations(x):
+        return np.array([x[0] ** 2 + x[1] ** 2 - DF_SANE_A, x[0] - x[1] ** 3])
+
+    return scipy.optimize.root(equations, DF_SANE_START, method="df-sane").nfev
+
+
+DF_SANE_OPTIONS = {
+    "default": {},
+    "tol": {"tol": 1e-12},
+    "cheng": {"options": {"line_search": "cheng"}},
+    "window_1": {"options": {"M": 1, "sigma_0": 0.5}},
+    "few_evaluations": {"options": {"maxfev": 5}},
+    "exact_budget": "scipy's evaluations",
+    "one_short": "scipy's evaluations - 1",
+}
+
+
+@pytest.fixture(scope="module")
+def df_sane_problem():
+    # root's jac=True would hand scipy's df-sane the Jacobian too, which it cannot take.
+    x, a = pt.vector("x"), pt.scalar("a")
+    evaluations = _df_sane_scipy_evaluations()
+    budgets = {"exact_budget": evaluations, "one_short": evaluations - 1}
+    problems = {
+        name: root(
+            _df_sane_equations(x, a),
+            x,
+            method="df-sane",
+            jac=False,
+            optimizer_kwargs={"options": {"maxfev": budgets[name]}} if name in budgets else kw,
+        )
+        for name, kw in DF_SANE_OPTIONS.items()
+    }
+    return solve_with_both_backends(problems, [x, a], a, (DF_SANE_START, DF_SANE_A))
+
+
+@pytest.mark.parametrize("name", list(DF_SANE_OPTIONS))
+def test_df_sane_matches_scipy_including_budget_and_ift_gradient(df_sane_problem, name):
+    (solution, success, gradient), (want_solution, want_success, want_gradient) = df_sane_problem[
+        name
+    ]
+    assert bool(success) == bool(want_success) == (name not in ("few_evaluations", "one_short"))
+    # The same iterates up to rounding, which the spectral steps amplify towards ftol.
+    np.testing.assert_allclose(solution, want_solution, rtol=1e-8)
+    np.testing.assert_allclose(gradient, want_gradient, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["NUMBA", "JAX_GPU"])
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"line_search": "armijo"}, r"line_search.*cheng.*cruz"),
+        ({"M": 0}, r"'M' must be at least 1"),
+    ],
+)
+def test_df_sane_options_scipy_refuses_raise(mode, options, error):
+    x, a = pt.vector("x"), pt.scalar("a")
+    solution, _ = root(
+        _df_sane_equations(x, a),
+        x,
+        method="df-sane",
+        jac=False,
+        optimizer_kwargs={"options": options},
+    )
+    with pytest.raises(ValueError, match=error):
+        pytensor.function([x, a], solution, mode=mode)(DF_SANE_START, DF_SANE_A)
+
+
+def test_df_sane_with_a_callable_option_runs_scipy_in_object_mode():
+    x, a = pt.vector("x"), pt.scalar("a")
+    solution, success = root(
+        _df_sane_equations(x, a),
+        x,
+        method="df-sane",
+        jac=False,
+        optimizer_kwargs={"options": {"fnorm": np.linalg.norm}},
+    )
+    with pytest.warns(ObjectModeFallbackWarning, match=r"df-sane.*fnorm"):
+        fn = pytensor.function([x, a], [solution, success], mode="NUMBA")
+    expected = pytensor.function([x, a], [solution, success], mode=REFERENCE_MODE)
+    for got, want in zip(
+        fn(DF_SANE_START, DF_SANE_A), expected(DF_SANE_START, DF_SANE_A), strict=True
+    ):
+        np.testing.assert_allclose(got, want)

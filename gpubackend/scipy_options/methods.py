@@ -12,7 +12,7 @@ lowering on either backend.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp
@@ -60,6 +60,8 @@ class ScipyMethod:
     refusal: Callable[[Any], str | None] | None = None
     """What scipy refuses in the resolved settings (a reason, or None), checked when an op is
     lowered on either backend."""
+    choices: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """The values scipy accepts for a string option; any other is scipy's ``ValueError``."""
     jax: JaxSupport | None = None
     """How the JAX lowering runs it; None: it refuses the method."""
     numba: NumbaSupport | None = None
@@ -107,6 +109,8 @@ _NOT_KRYLOV = frozenset({"inexact"})
 _INTERIOR_POINT = frozenset({"bounds"})
 """trust-constr with bounds runs scipy's interior-point method, which has no native version."""
 _JAX_TRUST_CONSTR = JaxSupport(frozenset(s.TrustConstrSettings._fields) - _INTERIOR_POINT)
+_DF_SANE_CALLABLES = frozenset({"fnorm", "eta_strategy"})
+_DF_SANE_NUMERIC = frozenset(s.DFSaneSettings._fields) - _DF_SANE_CALLABLES
 
 _NATIVE_BRACKETING = frozenset({"bisect", "brentq"})
 _BRACKETING_ROOT = tuple(
@@ -217,6 +221,14 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 ("xtol",),
                 jax=JaxSupport(frozenset({"xtol", "ftol", "gtol", "maxiter", "factor"})),
                 numba=_NATIVE_WITH_JAC,
+            ),
+            ScipyMethod(
+                "df-sane",
+                s.DFSaneSettings(),
+                ("ftol",),
+                choices={"line_search": frozenset({"cruz", "cheng"})},
+                jax=JaxSupport(_DF_SANE_NUMERIC),
+                numba=NumbaSupport(ignores=_DF_SANE_CALLABLES),
             ),
         ),
         frozenset(),

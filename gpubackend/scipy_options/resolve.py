@@ -150,7 +150,14 @@ def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any)
     if name == "bounds":
         return _box_bounds(where, value)
     if default is None:
-        # An option no backend reads (Nelder-Mead's ``initial_simplex``): the lowerings refuse it.
+        # A callable option (df-sane's ``fnorm``) or one no backend reads (Nelder-Mead's
+        # ``initial_simplex``): taken as given, the lowerings refuse it by name.
+        return value
+    if name in method.choices:
+        if not (isinstance(value, str) and value in method.choices[name]):
+            raise ValueError(
+                f"{where} must be one of {sorted(method.choices[name])}, got {value!r}"
+            )
         return value
     if isinstance(default, bool):
         if not isinstance(value, bool | np.bool_):

@@ -164,6 +164,25 @@ class LMSettings(NamedTuple):
     factor: float = 100.0
 
 
+class DFSaneSettings(NamedTuple):
+    """``root(method="df-sane")``: stop when ``|F| < ftol * |F(x0)| + fatol`` (2-norm); at most
+    ``maxfev`` evaluations of the equations, the first included.
+
+    ``line_search`` is ``"cruz"`` or ``"cheng"``. ``fnorm`` and ``eta_strategy`` are callables no
+    native solver runs: taken as given, refused by the lowerings.
+    """
+
+    ftol: float = 1e-8
+    fatol: float = 1e-300
+    maxfev: int = 1000
+    M: int = 10
+    sigma_eps: float = 1e-10
+    sigma_0: float = 1.0
+    line_search: str = "cruz"
+    fnorm: object = None
+    eta_strategy: object = None
+
+
 class BracketMinimizeSettings(NamedTuple):
     """``minimize_scalar(method="brent" | "golden")``: relative tolerance ``xtol`` on the bracketed
     minimum."""

@@ -34,6 +34,7 @@ from pytensor.tensor.optimize import (
 
 from gpubackend.dispatch.jax import damped_newton
 from gpubackend.dispatch.jax.bracket import expand_bracket
+from gpubackend.dispatch.jax.df_sane import SpectralResidual
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.implicit import implicitly_differentiated, varying_like
 from gpubackend.dispatch.jax.index_checks import (
@@ -113,6 +114,7 @@ _UNTRACEABLE_IN_MESH = (
     optx.LBFGS,
     HybridPowell,
     MinpackLevenbergMarquardt,
+    SpectralResidual,
     optx.Newton,
     # equinox's loop starts its carry's "previous step ran" flag unvarying; a verdict that varies
     # over the mesh (scipy's, in the state) makes it varying.

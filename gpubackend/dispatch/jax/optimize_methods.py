@@ -31,6 +31,7 @@ from pytensor.tensor.optimize import (
 )
 
 from gpubackend.dispatch.jax import trust_subproblems
+from gpubackend.dispatch.jax.df_sane import SpectralResidual
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
 from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
@@ -372,6 +373,26 @@ def _lm(settings: s.LMSettings, n: int, dtype: str) -> SolverChoice:
     return SolverChoice(solver, maxfev)
 
 
+def _df_sane(settings: s.DFSaneSettings, n: int, dtype: str) -> SolverChoice:
+    if settings.M < 1:
+        raise ValueError(f"root(method='df-sane') option 'M' must be at least 1, got {settings.M}")
+    # scipy works in float64; in a coarser dtype, ask no finer a relative residual than it resolves.
+    ftol = settings.ftol if np.dtype(dtype) == np.float64 else _floored(dtype, settings.ftol, 0)[0]
+    solver = SpectralResidual(
+        ftol=ftol,
+        fatol=settings.fatol,
+        sigma_eps=settings.sigma_eps,
+        sigma_0=settings.sigma_0,
+        maxfev=settings.maxfev,
+        memory=settings.M,
+        cheng=settings.line_search == "cheng",
+        rtol=ftol,
+        atol=settings.fatol,
+    )
+    # One step per iteration, each evaluating at least once; one more finds the budget spent.
+    return SolverChoice(solver, settings.maxfev + 1)
+
+
 def _golden_search(tolerance: float, maxiter: int, dtype: str) -> SolverChoice:
     rtol, atol = _floored(dtype, tolerance, tolerance * 1e-3)
     # ``norm`` is a ClassVar of the scalar solvers; mypy reads the parent's abstract field.
@@ -418,6 +439,7 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "nelder-mead"): _nelder_mead,
     (RootOp, "hybr"): _hybr,
     (RootOp, "lm"): _lm,
+    (RootOp, "df-sane"): _df_sane,
     (MinimizeScalarOp, "brent"): _bracket_minimize,
     (MinimizeScalarOp, "golden"): _bracket_minimize,
     (MinimizeScalarOp, "bounded"): _bounded_minimize,

@@ -52,6 +52,7 @@ from gpubackend.solvers.bounded_minimize import make_bounded_minimize
 from gpubackend.solvers.brent_minimize import make_brent_minimize
 from gpubackend.solvers.brentq import make_brentq
 from gpubackend.solvers.conjugate_gradient import make_conjugate_gradient
+from gpubackend.solvers.df_sane import make_df_sane
 from gpubackend.solvers.golden import make_golden
 from gpubackend.solvers.hybrid_powell import make_hybrid_powell
 from gpubackend.solvers.levenberg_marquardt import make_levenberg_marquardt
@@ -71,7 +72,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 24
+SOLVER_CACHE_VERSION = 25
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -98,6 +99,7 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Cal
     # MINPACK asks for the equations at every trial point, the Jacobian only where it refactors.
     (RootOp, "hybr"): ((problem.RESIDUAL, problem.JACOBIAN), make_hybrid_powell),
     (RootOp, "lm"): ((problem.RESIDUAL, problem.JACOBIAN), make_levenberg_marquardt),
+    (RootOp, "df-sane"): ((problem.RESIDUAL,), make_df_sane),
     (MinimizeScalarOp, "brent"): ((problem.SCALAR_VALUE,), make_brent_minimize),
     (MinimizeScalarOp, "golden"): ((problem.SCALAR_VALUE,), make_golden),
     (MinimizeScalarOp, "bounded"): ((problem.SCALAR_VALUE,), make_bounded_minimize),
