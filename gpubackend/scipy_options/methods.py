@@ -178,6 +178,12 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 numba=NumbaSupport(ignores=frozenset({"initial_simplex"})),
             ),
             ScipyMethod(
+                "Powell",
+                s.PowellSettings(),
+                ("xtol", "ftol"),
+                numba=NumbaSupport(ignores=frozenset({"direc"})),
+            ),
+            ScipyMethod(
                 "trust-krylov",
                 s.TrustRegionSettings(),
                 ("gtol",),
