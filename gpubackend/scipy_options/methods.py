@@ -181,6 +181,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 "Powell",
                 s.PowellSettings(),
                 ("xtol", "ftol"),
+                jax=JaxSupport(frozenset({"xtol", "ftol", "maxiter", "maxfev", "bounds"})),
                 numba=NumbaSupport(ignores=frozenset({"direc"})),
             ),
             ScipyMethod(
