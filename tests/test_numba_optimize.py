@@ -177,23 +177,28 @@ NELDER_MEAD_OPTIONS = {
 NELDER_MEAD_CONVERGED = ["tight", "adaptive", "bounded"]
 
 
-@pytest.fixture(scope="module")
-def nelder_mead_problem():
+def derivative_free_problems(method, options_by_name):
+    """`solve_with_both_backends` of `rosenbrock` per named options, and once without the op's
+    gradient output (derivative-free: it is not read, and an op without one runs too)."""
     x = pt.vector("x")
     a = pt.scalar("a")
     objective = rosenbrock(x, a)
     problems = {
-        name: minimize(objective, x, method="Nelder-Mead", optimizer_kwargs=options)
-        for name, options in NELDER_MEAD_OPTIONS.items()
+        name: minimize(objective, x, method=method, optimizer_kwargs=options)
+        for name, options in options_by_name.items()
     }
-    # Derivative-free: the op's gradient output is not read, and an op without one runs too.
     problems["without_gradient"] = minimize(
-        objective, x, method="Nelder-Mead", jac=False, optimizer_kwargs={"tol": 1e-10}
+        objective, x, method=method, jac=False, optimizer_kwargs={"tol": 1e-10}
     )
     with warnings.catch_warnings():
-        # scipy warns that Nelder-Mead does not use the gradient PyTensor's jac=True hands it.
+        # scipy warns that the method does not use the gradient PyTensor's jac=True hands it.
         warnings.simplefilter("ignore", RuntimeWarning)
         return solve_with_both_backends(problems, [x, a], a, (np.array([-1.2, 1.0]), 1.3))
+
+
+@pytest.fixture(scope="module")
+def nelder_mead_problem():
+    return derivative_free_problems("Nelder-Mead", NELDER_MEAD_OPTIONS)
 
 
 @pytest.mark.parametrize("name", [*NELDER_MEAD_CONVERGED, "without_gradient"])
@@ -238,20 +243,7 @@ POWELL_CONVERGED = ["tight", "xtol_and_ftol", "bounded", "bounded_on_both_sides"
 
 @pytest.fixture(scope="module")
 def powell_problem():
-    x = pt.vector("x")
-    a = pt.scalar("a")
-    objective = rosenbrock(x, a)
-    problems = {
-        name: minimize(objective, x, method="Powell", optimizer_kwargs=options)
-        for name, options in POWELL_OPTIONS.items()
-    }
-    problems["without_gradient"] = minimize(
-        objective, x, method="Powell", jac=False, optimizer_kwargs={"tol": 1e-10}
-    )
-    with warnings.catch_warnings():
-        # scipy warns that Powell does not use the gradient PyTensor's jac=True hands it.
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return solve_with_both_backends(problems, [x, a], a, (np.array([-1.2, 1.0]), 1.3))
+    return derivative_free_problems("Powell", POWELL_OPTIONS)
 
 
 @pytest.mark.parametrize("name", [*POWELL_CONVERGED, "without_gradient"])
