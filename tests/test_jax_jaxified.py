@@ -47,15 +47,22 @@ def test_logp_with_a_minimize_and_an_ofg_is_jitted_and_differentiated_by_jax():
     np.testing.assert_allclose(jax.grad(logp_fn, argnums=1)(x0, a_value), want_grad, rtol=1e-5)
 
 
-def test_a_derivative_free_minimize_is_differentiated_by_jax():
-    # Before: NotImplementedError (Nelder-Mead had no JAX equivalent). The implicit derivative
+DERIVATIVE_FREE_MINIMIZE = {
+    "Nelder-Mead": {"tol": 1e-12, "options": {"maxfev": 5000}},
+    "Powell": {"tol": 1e-12},
+}
+
+
+@pytest.mark.parametrize("method", list(DERIVATIVE_FREE_MINIMIZE))
+def test_a_derivative_free_minimize_is_differentiated_by_jax(method):
+    # Before: NotImplementedError (neither method had a JAX equivalent). The implicit derivative
     # needs no derivative from the method: it comes from the objective's.
     x, a = pt.vector("x"), pt.vector("a")
     solution, _ = minimize(
         ((x - a) ** 2).sum() + 0.1 * (x**4).sum(),
         x,
-        method="Nelder-Mead",
-        optimizer_kwargs={"tol": 1e-12, "options": {"maxfev": 5000}},
+        method=method,
+        optimizer_kwargs=DERIVATIVE_FREE_MINIMIZE[method],
     )
     logp = -(solution**2 * a).sum()
     graph_fn = jaxified([x, a], [logp])
@@ -63,7 +70,7 @@ def test_a_derivative_free_minimize_is_differentiated_by_jax():
     x0, a_value = np.zeros(3), np.array([0.5, -1.0, 2.0])
     reference = pytensor.function([x, a], [logp, pytensor.grad(logp, a)], mode="FAST_COMPILE")
     with warnings.catch_warnings():
-        # scipy warns that Nelder-Mead does not use the gradient PyTensor's jac=True hands it.
+        # scipy warns that the method does not use the gradient PyTensor's jac=True hands it.
         warnings.simplefilter("ignore", RuntimeWarning)
         want_logp, want_grad = reference(x0, a_value)
     np.testing.assert_allclose(logp_fn(x0, a_value), want_logp, rtol=1e-8)
@@ -217,6 +224,9 @@ OTHER_SOLVERS = {
         y,
         method="Nelder-Mead",
         optimizer_kwargs={"tol": 1e-10},
+    )[0].sum(),
+    "powell": lambda y, a: minimize(
+        ((y - a) ** 2).sum() + (y**4).sum(), y, method="Powell", optimizer_kwargs={"tol": 1e-10}
     )[0].sum(),
 }
 

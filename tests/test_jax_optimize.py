@@ -82,6 +82,33 @@ def test_nelder_mead_refuses_an_initial_simplex_by_name():
         pytensor.function(inputs, outputs, mode="JAX_GPU")
 
 
+POWELL_OPTIONS = {
+    "tight": {"tol": 1e-10},
+    "xtol_and_ftol": {"options": {"xtol": 1e-6, "ftol": 1e-12}},
+    "bounded": {"tol": 1e-10, "bounds": [(None, 0.9), (-1.0, 2.0), (-0.2, 0.2)]},
+    "out_of_iterations": {"options": {"maxiter": 1}},
+    "out_of_evaluations": {"options": {"maxfev": 20}},
+}
+
+
+@pytest.mark.parametrize("name", list(POWELL_OPTIONS))
+def test_powell_takes_scipys_steps_and_verdict_and_its_gradient(name):
+    # Before: NotImplementedError (no JAX equivalent). A budget scipy runs out of stops it where
+    # scipy stops, so even unconverged solutions agree; the gradient is the implicit one.
+    with warnings.catch_warnings():
+        # scipy warns that Powell does not use the gradient PyTensor's jac=True hands it.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        inputs, outputs, success = _minimize_problem("Powell", **POWELL_OPTIONS[name])
+        got = assert_matches_reference(inputs, [*outputs, success], [X0, A_VALUE], "JAX_GPU")
+    assert bool(got[2]) == (name in ("tight", "xtol_and_ftol", "bounded"))
+
+
+def test_powell_refuses_initial_directions_by_name():
+    inputs, outputs, _ = _minimize_problem("Powell", options={"direc": np.eye(3)})
+    with pytest.raises(NotImplementedError, match="direc"):
+        pytensor.function(inputs, outputs, mode="JAX_GPU")
+
+
 TRUST_REGION_METHODS = ["trust-exact", "trust-krylov", "trust-ncg", "dogleg"]
 
 

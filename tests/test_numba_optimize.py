@@ -177,23 +177,28 @@ NELDER_MEAD_OPTIONS = {
 NELDER_MEAD_CONVERGED = ["tight", "adaptive", "bounded"]
 
 
-@pytest.fixture(scope="module")
-def nelder_mead_problem():
+def derivative_free_problems(method, options_by_name):
+    """`solve_with_both_backends` of `rosenbrock` per named options, and once without the op's
+    gradient output (derivative-free: it is not read, and an op without one runs too)."""
     x = pt.vector("x")
     a = pt.scalar("a")
     objective = rosenbrock(x, a)
     problems = {
-        name: minimize(objective, x, method="Nelder-Mead", optimizer_kwargs=options)
-        for name, options in NELDER_MEAD_OPTIONS.items()
+        name: minimize(objective, x, method=method, optimizer_kwargs=options)
+        for name, options in options_by_name.items()
     }
-    # Derivative-free: the op's gradient output is not read, and an op without one runs too.
     problems["without_gradient"] = minimize(
-        objective, x, method="Nelder-Mead", jac=False, optimizer_kwargs={"tol": 1e-10}
+        objective, x, method=method, jac=False, optimizer_kwargs={"tol": 1e-10}
     )
     with warnings.catch_warnings():
-        # scipy warns that Nelder-Mead does not use the gradient PyTensor's jac=True hands it.
+        # scipy warns that the method does not use the gradient PyTensor's jac=True hands it.
         warnings.simplefilter("ignore", RuntimeWarning)
         return solve_with_both_backends(problems, [x, a], a, (np.array([-1.2, 1.0]), 1.3))
+
+
+@pytest.fixture(scope="module")
+def nelder_mead_problem():
+    return derivative_free_problems("Nelder-Mead", NELDER_MEAD_OPTIONS)
 
 
 @pytest.mark.parametrize("name", [*NELDER_MEAD_CONVERGED, "without_gradient"])
@@ -223,6 +228,59 @@ def test_nelder_mead_with_crossed_bounds_raises_scipys_error(mode):
     fn = pytensor.function([x], solution, mode=mode)
     with pytest.raises(ValueError, match="upper bound is less than the corresponding lower"):
         fn(np.zeros(2))
+
+
+POWELL_OPTIONS = {
+    "tight": {"tol": 1e-10},
+    "xtol_and_ftol": {"options": {"xtol": 1e-6, "ftol": 1e-12}},
+    "bounded": {"tol": 1e-10, "bounds": [(None, 0.9), (0.0, 2.0)]},
+    "bounded_on_both_sides": {"tol": 1e-10, "bounds": [(-2.0, 0.9), (0.0, 2.0)]},
+    "out_of_iterations": {"options": {"maxiter": 2}},
+    "out_of_evaluations": {"options": {"maxfev": 40}},
+}
+POWELL_CONVERGED = ["tight", "xtol_and_ftol", "bounded", "bounded_on_both_sides"]
+
+
+@pytest.fixture(scope="module")
+def powell_problem():
+    return derivative_free_problems("Powell", POWELL_OPTIONS)
+
+
+@pytest.mark.parametrize("name", [*POWELL_CONVERGED, "without_gradient"])
+def test_powell_matches_scipy_including_ift_gradient(powell_problem, name):
+    assert_matches_reference(powell_problem[name])
+
+
+@pytest.mark.parametrize("name", ["out_of_iterations", "out_of_evaluations"])
+def test_powell_out_of_budget_fails_at_scipys_point(powell_problem, name):
+    (solution, success, _), (want_solution, want_success, _) = powell_problem[name]
+    assert not bool(want_success)
+    assert not bool(success)
+    np.testing.assert_allclose(solution, want_solution, rtol=RTOL)
+
+
+def _powell_with_direc():
+    """A graph of its own per call: scipy overwrites ``direc`` in place, so a second solve through
+    the same op would start from the first one's final directions."""
+    x, a = pt.vector("x"), pt.scalar("a")
+    solution, success = minimize(
+        rosenbrock(x, a),
+        x,
+        method="Powell",
+        jac=False,
+        optimizer_kwargs={"options": {"direc": np.array([[1.0, 1.0], [0.0, 1.0]])}},
+    )
+    return [x, a], [solution, success]
+
+
+def test_powell_with_direc_runs_scipy_in_object_mode_naming_it():
+    """``direc`` (the initial directions) has no native reading: scipy runs it, with a warning."""
+    with pytest.warns(ObjectModeFallbackWarning, match=r"Powell.*direc"):
+        fn = pytensor.function(*_powell_with_direc(), mode="NUMBA")
+    expected = pytensor.function(*_powell_with_direc(), mode=REFERENCE_MODE)
+    values = (np.array([-1.2, 1.0]), 1.3)
+    for got, want in zip(fn(*values), expected(*values), strict=True):
+        np.testing.assert_allclose(got, want)
 
 
 TRUST_REGION_METHODS = ["trust-exact", "trust-ncg", "dogleg"]

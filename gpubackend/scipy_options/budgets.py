@@ -21,6 +21,9 @@ def minpack_maxfev(maxfev: int, n: int) -> int:
 NELDER_MEAD_PER_VARIABLE = 200
 """Nelder-Mead's default budgets: ``200 * len(x0)`` iterations and evaluations."""
 
+POWELL_PER_VARIABLE = 1000
+"""Powell's default budgets: ``1000 * len(x0)`` iterations and evaluations."""
+
 UNLIMITED = 2**31 - 1
 """A budget scipy leaves at ``np.inf``: more than any solve can spend, and an int32 still."""
 

@@ -178,6 +178,13 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 numba=NumbaSupport(ignores=frozenset({"initial_simplex"})),
             ),
             ScipyMethod(
+                "Powell",
+                s.PowellSettings(),
+                ("xtol", "ftol"),
+                jax=JaxSupport(frozenset({"xtol", "ftol", "maxiter", "maxfev", "bounds"})),
+                numba=NumbaSupport(ignores=frozenset({"direc"})),
+            ),
+            ScipyMethod(
                 "trust-krylov",
                 s.TrustRegionSettings(),
                 ("gtol",),

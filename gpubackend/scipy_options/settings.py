@@ -145,6 +145,23 @@ class NelderMeadSettings(NamedTuple):
     initial_simplex: object = None
 
 
+class PowellSettings(NamedTuple):
+    """``minimize(method="Powell")``: stop when an iteration lowers f by at most ``ftol`` relative
+    to it; each line search stops at ``xtol``, within ``bounds`` where they are given.
+
+    ``maxiter`` and ``maxfev`` left at their defaults are both ``1000 * len(x0)``; one of them set
+    leaves the other unlimited (`budgets.direct_search_budgets`). ``direc`` is taken as given (no
+    backend reads it: the lowerings refuse it by name).
+    """
+
+    xtol: float = 1e-4
+    ftol: float = 1e-4
+    maxiter: int = SIZE_DEPENDENT
+    maxfev: int = SIZE_DEPENDENT
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
+    direc: object = None
+
+
 class HybrSettings(NamedTuple):
     """``root(method="hybr")`` (MINPACK hybrj): ``maxfev`` counts evaluations of the equations."""
 

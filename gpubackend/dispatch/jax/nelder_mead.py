@@ -32,6 +32,26 @@ _NONZERO_DELTA, _ZERO_DELTA = 0.05, 0.00025
 """scipy's start simplex: each vertex moves one coordinate by 5%, or to 0.00025 from zero."""
 
 
+def box_bounds(
+    lower: tuple[float, ...], upper: tuple[float, ...], n: int, dtype
+) -> tuple[jax.Array, jax.Array]:
+    """The settings' bound tuples as ``(lower, upper)`` arrays of ``n``, checked as scipy checks
+    them."""
+    if len(lower) not in (1, n) or len(upper) != len(lower):
+        raise ValueError("`bounds` must hold one (lower, upper) pair per element of x")
+    if any(lo > hi for lo, hi in zip(lower, upper, strict=True)):
+        raise ValueError("An upper bound is less than the corresponding lower bound.")
+    return (
+        jnp.broadcast_to(jnp.asarray(lower, dtype), (n,)),
+        jnp.broadcast_to(jnp.asarray(upper, dtype), (n,)),
+    )
+
+
+def flat_objective(fn, y, args) -> Callable[[jax.Array], jax.Array]:
+    """The objective of a flat point (a vertex, a line search's point), in ``y``'s dtype."""
+    return lambda point: jnp.asarray(fn(point.reshape(y.shape), args)[0], y.dtype)
+
+
 class _SimplexState(eqx.Module):
     simplex: jax.Array
     """``(n + 1, n)`` vertices, sorted by value."""
@@ -65,19 +85,6 @@ class ScipyNelderMead(optx.AbstractMinimiser):
     atol: float
     norm: Callable
 
-    def _bounds(self, n: int, dtype) -> tuple[jax.Array, jax.Array]:
-        if len(self.lower) not in (1, n) or len(self.upper) != len(self.lower):
-            raise ValueError("`bounds` must hold one (lower, upper) pair per element of x")
-        if any(lo > hi for lo, hi in zip(self.lower, self.upper, strict=True)):
-            raise ValueError("An upper bound is less than the corresponding lower bound.")
-        lower = jnp.broadcast_to(jnp.asarray(self.lower, dtype), (n,))
-        upper = jnp.broadcast_to(jnp.asarray(self.upper, dtype), (n,))
-        return lower, upper
-
-    def _values(self, fn, y, args) -> Callable[[jax.Array], jax.Array]:
-        """The objective of a flat vertex."""
-        return lambda vertex: jnp.asarray(fn(vertex.reshape(y.shape), args)[0], y.dtype)
-
     def _status(self, state_values, simplex, evaluations, iterations) -> jax.Array:
         # scipy's loop tests its budgets first, then the simplex's size.
         within_budget = (evaluations < self.max_evaluations) & (iterations < self.max_iterations)
@@ -88,14 +95,14 @@ class ScipyNelderMead(optx.AbstractMinimiser):
 
     def init(self, fn, y, args, options, f_struct, aux_struct, tags) -> _SimplexState:
         n = y.size
-        lower, upper = self._bounds(n, y.dtype)
+        lower, upper = box_bounds(self.lower, self.upper, n, y.dtype)
         start = jnp.clip(jnp.ravel(y), lower, upper)
         moved = jnp.where(start != 0, (1 + _NONZERO_DELTA) * start, _ZERO_DELTA)
         simplex = jnp.concatenate([start[None], jnp.where(jnp.eye(n, dtype=bool), moved, start)])
         # Vertices past an upper bound are reflected inside it, so clipping keeps them apart.
         simplex = jnp.clip(jnp.where(simplex > upper, 2 * upper - simplex, simplex), lower, upper)
         allowed = jnp.arange(n + 1) < self.max_evaluations
-        values = jnp.where(allowed, jax.vmap(self._values(fn, y, args))(simplex), jnp.inf)
+        values = jnp.where(allowed, jax.vmap(flat_objective(fn, y, args))(simplex), jnp.inf)
         order = jnp.argsort(values, stable=True)
         simplex, values = simplex[order], values[order]
         evaluations = jnp.array(min(n + 1, self.max_evaluations))
@@ -111,8 +118,8 @@ class ScipyNelderMead(optx.AbstractMinimiser):
     def step(self, fn, y, args, options, state: _SimplexState, tags):
         n = y.size
         rho, chi, psi, sigma = coefficients(self.adaptive, n)
-        lower, upper = self._bounds(n, y.dtype)
-        value_of = self._values(fn, y, args)
+        lower, upper = box_bounds(self.lower, self.upper, n, y.dtype)
+        value_of = flat_objective(fn, y, args)
         simplex, values = state.simplex, state.values
         worst = simplex[n]
 

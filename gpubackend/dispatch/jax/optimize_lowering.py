@@ -52,6 +52,7 @@ from gpubackend.dispatch.jax.optimize_methods import (
     solver_choice,
     solver_for_size,
 )
+from gpubackend.dispatch.jax.powell import ScipyPowell
 from gpubackend.dispatch.jax.slsqp import SLSQP
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import DERIVATIVES_OPTION, ScipyTrustRegion
@@ -123,8 +124,10 @@ _UNTRACEABLE_IN_MESH = (
     SLSQP,
     TrustConstr,
     ScipyNewtonCG,
-    # The objective, closure-converted by optimistix, refuses the vertices' mesh types.
+    # The objective, closure-converted by optimistix, refuses the mesh types of their trial
+    # points (the simplex's vertices, the line searches' points).
     ScipyNelderMead,
+    ScipyPowell,
 )
 
 

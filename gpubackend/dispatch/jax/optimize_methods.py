@@ -40,6 +40,7 @@ from gpubackend.dispatch.jax.noise_aware_search import (
     ROUNDING_ULPS,
     NoiseAwareBFGS,
 )
+from gpubackend.dispatch.jax.powell import ScipyPowell
 from gpubackend.dispatch.jax.slsqp import SLSQP
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import ScipyTrustRegion
@@ -53,7 +54,11 @@ from gpubackend.scipy_options import (
     resolve,
 )
 from gpubackend.scipy_options import settings as s
-from gpubackend.scipy_options.budgets import NELDER_MEAD_PER_VARIABLE, direct_search_budgets
+from gpubackend.scipy_options.budgets import (
+    NELDER_MEAD_PER_VARIABLE,
+    POWELL_PER_VARIABLE,
+    direct_search_budgets,
+)
 from gpubackend.scipy_options.methods import JaxSupport
 
 # optimistix's NelderMead is left out on purpose: on a smooth 3-variable
@@ -351,6 +356,26 @@ def _nelder_mead(settings: s.NelderMeadSettings, n: int, dtype: str) -> SolverCh
     return SolverChoice(solver, max(1, min(maxiter, maxfev)))
 
 
+def _powell(settings: s.PowellSettings, n: int, dtype: str) -> SolverChoice:
+    maxiter, maxfev = direct_search_budgets(
+        settings.maxiter, settings.maxfev, n, POWELL_PER_VARIABLE
+    )
+    lower, upper = settings.bounds
+    solver = ScipyPowell(
+        xtol=settings.xtol,
+        ftol=settings.ftol,
+        max_iterations=maxiter,
+        max_evaluations=maxfev,
+        lower=lower,
+        upper=upper,
+        rtol=settings.xtol,
+        atol=settings.ftol,
+        norm=optx.max_norm,
+    )
+    # Each step is one iteration and spends at least one evaluation.
+    return SolverChoice(solver, max(1, min(maxiter, maxfev)))
+
+
 def _hybr(settings: s.HybrSettings, n: int, dtype: str) -> SolverChoice:
     maxfev = minpack_maxfev(settings.maxfev, n)
     rtol, atol = _floored(dtype, settings.xtol, settings.xtol)
@@ -437,6 +462,7 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "slsqp"): _slsqp,
     (MinimizeOp, "trust-constr"): _trust_constr,
     (MinimizeOp, "nelder-mead"): _nelder_mead,
+    (MinimizeOp, "powell"): _powell,
     (RootOp, "hybr"): _hybr,
     (RootOp, "lm"): _lm,
     (RootOp, "df-sane"): _df_sane,

@@ -59,6 +59,7 @@ from gpubackend.solvers.levenberg_marquardt import make_levenberg_marquardt
 from gpubackend.solvers.nelder_mead import make_nelder_mead
 from gpubackend.solvers.newton_cg import make_newton_cg
 from gpubackend.solvers.newton_scalar import make_newton_scalar
+from gpubackend.solvers.powell import make_powell
 from gpubackend.solvers.projected_lbfgs import make_projected_lbfgs
 from gpubackend.solvers.secant import make_secant
 from gpubackend.solvers.slsqp import make_slsqp
@@ -72,7 +73,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 25
+SOLVER_CACHE_VERSION = 33
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -87,6 +88,7 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Cal
     (MinimizeOp, "l-bfgs-b"): ((problem.VALUE_AND_GRADIENT,), make_projected_lbfgs),
     (MinimizeOp, "newton-cg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_newton_cg),
     (MinimizeOp, "nelder-mead"): ((problem.VALUE,), make_nelder_mead),
+    (MinimizeOp, "powell"): ((problem.VALUE,), make_powell),
     (MinimizeOp, "trust-exact"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_exact),
     (MinimizeOp, "trust-ncg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_ncg),
     (MinimizeOp, "dogleg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_dogleg),
