@@ -302,6 +302,34 @@ def test_cg_follows_scipys_iterates_and_verdict(problem, options):
     np.testing.assert_allclose(got, want, rtol=0, atol=options.get("gtol", 1e-5))
 
 
+def test_cg_that_converges_on_its_last_allowed_iteration_fails_as_scipys_does():
+    """scipy's CG tests its budget before the gradient: converged on iteration ``maxiter``, it
+    reports "maximum number of iterations exceeded"; one more iteration allowed, success."""
+    a_value = np.array([1.0, -2.0, 0.5, 3.0])
+    needed = scipy.optimize.minimize(
+        lambda v: ((v - a_value) ** 2).sum() + 0.1 * (v**4).sum(),
+        np.zeros(4),
+        jac=lambda v: 2 * (v - a_value) + 0.4 * v**3,
+        method="CG",
+    ).nit
+    x, a = pt.vector("x"), pt.vector("a")
+    for maxiter, converges in [(needed, False), (needed + 1, True)]:
+        solution, success = minimize(
+            ((x - a) ** 2).sum() + 0.1 * (x**4).sum(),
+            x,
+            method="CG",
+            optimizer_kwargs={"options": {"maxiter": maxiter}},
+        )
+        values = [np.zeros(4), a_value]
+        (want, want_success), (got, got_success) = (
+            pytensor.function([x, a], [solution, success], mode="FAST_COMPILE")(*values),
+            compile_checked([x, a], [solution, success], values, "JAX_GPU"),
+        )
+        assert bool(want_success) == converges, (maxiter, "scipy's verdict")
+        assert got_success == want_success, maxiter
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+
+
 @pytest.mark.parametrize("offset", [0.0, 100.0, 1e6])
 def test_bfgs_converges_where_the_rounding_of_f_hides_the_decrease(offset):
     """Near a minimum a good step lowers ``f`` by less than ``f``'s rounding. optimistix's Armijo
