@@ -124,6 +124,7 @@ _UNTRACEABLE_IN_MESH = (
     SLSQP,
     TrustConstr,
     ScipyNewtonCG,
+    # The line search's loops (`wolfe_search`) start their carries unvarying over the mesh.
     ScipyCG,
     # The objective, closure-converted by optimistix, refuses the vertices' mesh types.
     ScipyNelderMead,
