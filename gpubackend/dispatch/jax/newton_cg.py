@@ -40,7 +40,7 @@ from gpubackend.dispatch.jax.trust_region import (
     RUNNING,
     scipy_verdict,
 )
-from gpubackend.dispatch.jax.wolfe_search import line_search_wolfe12
+from gpubackend.dispatch.jax.wolfe_search import ValueAndGradient, line_search_wolfe12
 
 GRADIENT_OPTION = "value_gradient"
 """optimistix option: ``(y, args) -> (f, grad)``, the objective's own gradient."""
@@ -54,6 +54,17 @@ _CURVATURE_FLOOR = 3 * float(np.finfo(np.float64).eps)
 _STEP_MIN, _STEP_MAX = 1e-8, 50.0
 
 HessianProduct = Callable[[jax.Array], jax.Array]
+
+
+def flat_value_gradient(y, args, options) -> ValueAndGradient:
+    """``x -> (f, grad)`` on the flat iterate, from the op's own gradient (`GRADIENT_OPTION`)."""
+    own = options[GRADIENT_OPTION]
+
+    def flat(x):
+        f, gradient = own(x.reshape(y.shape).astype(y.dtype), args)
+        return jnp.asarray(f, y.dtype), jnp.reshape(gradient, (y.size,)).astype(y.dtype)
+
+    return flat
 
 
 class _ConjugateGradients(NamedTuple):
@@ -128,17 +139,6 @@ class ScipyNewtonCG(optx.AbstractMinimiser):
     norm: Callable
     max_iterations: int = eqx.field(static=True)
 
-    @staticmethod
-    def _value_gradient(y, args, options) -> Callable[[jax.Array], tuple[jax.Array, jax.Array]]:
-        """``x -> (f, grad)`` on the flat iterate."""
-        own = options[GRADIENT_OPTION]
-
-        def flat(x):
-            f, gradient = own(x.reshape(y.shape).astype(y.dtype), args)
-            return jnp.asarray(f, y.dtype), jnp.reshape(gradient, (y.size,)).astype(y.dtype)
-
-        return flat
-
     def _curvature(self, y, args, options) -> tuple[jax.Array, jax.Array, HessianProduct]:
         """The value, the gradient and the Hessian's product with a vector, at the flat ``y``."""
         flat_y = jnp.reshape(y, (y.size,))
@@ -147,7 +147,7 @@ class ScipyNewtonCG(optx.AbstractMinimiser):
             hessian = jnp.reshape(hessian, (y.size, y.size)).astype(y.dtype)
             f = jnp.asarray(f, y.dtype)
             return f, jnp.reshape(gradient, (y.size,)).astype(y.dtype), lambda p: hessian @ p
-        value_gradient = self._value_gradient(y, args, options)
+        value_gradient = flat_value_gradient(y, args, options)
         f, _ = value_gradient(flat_y)
         gradient, hessian_product = jax.linearize(lambda x: value_gradient(x)[1], flat_y)
         return f, gradient, hessian_product
@@ -166,7 +166,7 @@ class ScipyNewtonCG(optx.AbstractMinimiser):
         f, gradient, hessian_product = self._curvature(y, args, options)
         solved, direction = truncated_cg(hessian_product, gradient)
         search = line_search_wolfe12(
-            self._value_gradient(y, args, options),
+            flat_value_gradient(y, args, options),
             flat_y,
             direction,
             f,

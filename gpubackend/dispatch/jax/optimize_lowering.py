@@ -46,6 +46,7 @@ from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquard
 from gpubackend.dispatch.jax.lowering_context import lowering_context
 from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
 from gpubackend.dispatch.jax.newton_cg import GRADIENT_OPTION, ScipyNewtonCG
+from gpubackend.dispatch.jax.nonlinear_cg import ScipyCG
 from gpubackend.dispatch.jax.optimize_methods import (
     ScipyIterations,
     SolverChoice,
@@ -124,6 +125,8 @@ _UNTRACEABLE_IN_MESH = (
     SLSQP,
     TrustConstr,
     ScipyNewtonCG,
+    # The line search's loops (`wolfe_search`) start their carries unvarying over the mesh.
+    ScipyCG,
     # The objective, closure-converted by optimistix, refuses the mesh types of their trial
     # points (the simplex's vertices, the line searches' points).
     ScipyNelderMead,

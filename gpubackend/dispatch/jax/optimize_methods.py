@@ -40,6 +40,7 @@ from gpubackend.dispatch.jax.noise_aware_search import (
     ROUNDING_ULPS,
     NoiseAwareBFGS,
 )
+from gpubackend.dispatch.jax.nonlinear_cg import ScipyCG
 from gpubackend.dispatch.jax.powell import ScipyPowell
 from gpubackend.dispatch.jax.slsqp import SLSQP
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
@@ -103,7 +104,7 @@ class ScipyIterations(optx.AbstractMinimiser):
     without convergence. optimistix's own ``max_steps`` then only bounds the
     evaluations (see `EVALUATIONS_PER_ITERATION`).
 
-    With ``gradient_tolerance`` (BFGS and CG), scipy's test replaces the
+    With ``gradient_tolerance`` (BFGS), scipy's test replaces the
     solver's Cauchy test (small changes of the iterate and the value), which
     passes at tight tolerances where the gradient is still far above them:
     converged once ``norm(grad) <= gtol`` at the iterate, and failed, as
@@ -177,7 +178,7 @@ class ScipyIterations(optx.AbstractMinimiser):
 
 @dataclass(frozen=True)
 class GradientTolerance:
-    """scipy's convergence test of BFGS and CG: ``vecnorm(grad, ord=norm) <= gtol``."""
+    """scipy's convergence test of BFGS: ``vecnorm(grad, ord=norm) <= gtol``."""
 
     gtol: float
     norm: float
@@ -241,16 +242,20 @@ def _bfgs(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
 
 
 def _cg(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
-    # CG keeps optimistix's search: its steps are not scaled as BFGS's are, and one taken inside
-    # the rounding of f spoils the conjugate directions (it stopped at 3e-5 where it reached 8e-6).
-    solver: optx.AbstractMinimiser = optx.NonlinearCG(
-        *_floored(dtype, settings.gtol, settings.gtol)
+    maxiter = minimize_maxiter(settings.maxiter, n)
+    rtol, atol = _floored(dtype, settings.gtol, settings.gtol)
+    solver = ScipyCG(
+        gtol=settings.gtol,
+        gradient_norm=float(settings.norm),
+        c1=settings.c1,
+        c2=settings.c2,
+        max_iterations=maxiter,
+        rtol=rtol,
+        atol=atol,
+        norm=optx.max_norm,
     )
-    return _iterations(
-        solver,
-        minimize_maxiter(settings.maxiter, n),
-        gradient_tolerance=_gradient_tolerance(settings),
-    )
+    # One step per scipy iteration; its maxiter=0 ends before the first.
+    return SolverChoice(solver, max(maxiter, 1))
 
 
 def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:

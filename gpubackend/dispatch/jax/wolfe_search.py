@@ -22,6 +22,15 @@ import jax.numpy as jnp
 ValueAndGradient = Callable[[jax.Array], tuple[jax.Array, jax.Array]]
 """``x -> (f, grad)`` on the flat iterate."""
 
+ExtraCondition = Callable[[jax.Array, jax.Array], jax.Array]
+"""``(alpha, grad at xk + alpha pk) -> bool``: scipy's ``extra_condition``, which a step that meets
+the Wolfe conditions must meet too to be accepted."""
+
+
+def _no_extra_condition(alpha: jax.Array, gradient: jax.Array) -> jax.Array:
+    return jnp.array(True)
+
+
 # scipy's line_search_wolfe1: relative width below which the bracket counts as collapsed.
 _XTOL = 1e-14
 # dcsrch's constants: bisection share, bracket shrink test, extrapolation bounds.
@@ -338,15 +347,16 @@ def _start_zoom(s: _StrongWolfe, zoom: _Zoom) -> _StrongWolfe:
     return s._replace(phase=jnp.array(_ZOOMING), iteration=jnp.array(0), zoom=zoom)
 
 
-def _bracketed(s: _StrongWolfe, phi_a1, derphi_a1, phi0, derphi0, c1, c2) -> _StrongWolfe:
-    """``scalar_search_wolfe2``'s bracketing loop after the trial at ``s.alpha1``."""
+def _bracketed(s: _StrongWolfe, phi_a1, derphi_a1, extra, phi0, derphi0, c1, c2) -> _StrongWolfe:
+    """``scalar_search_wolfe2``'s bracketing loop after the trial at ``s.alpha1`` (``extra``:
+    whether it meets the extra condition)."""
     alpha1 = s.alpha1
     # Out of doublings: scipy accepts the last step unchecked.
     exhausted = s.iteration >= _MAX_BRACKET_ITERS
     # The step slipped below machine precision.
     vanished = alpha1 == 0.0
     high = (phi_a1 > phi0 + c1 * alpha1 * derphi0) | ((phi_a1 >= s.phi_a0) & (s.iteration > 0))
-    flat = jnp.abs(derphi_a1) <= -c2 * derphi0
+    flat = (jnp.abs(derphi_a1) <= -c2 * derphi0) & extra
     rising = derphi_a1 >= 0.0
     done = s._replace(phase=jnp.array(_DONE), found=~vanished, alpha=alpha1, f=phi_a1)
     zoom_low = _start_zoom(s, _zoom_from(s.alpha0, alpha1, s.phi_a0, phi_a1, s.derphi_a0, phi0))
@@ -370,11 +380,14 @@ def _bracketed(s: _StrongWolfe, phi_a1, derphi_a1, phi0, derphi0, c1, c2) -> _St
     return new
 
 
-def _zoomed(state: _StrongWolfe, a_j, phi_j, derphi_j, phi0, derphi0, c1, c2) -> _StrongWolfe:
-    """``_zoom``'s loop after the trial at ``a_j``."""
+def _zoomed(
+    state: _StrongWolfe, a_j, phi_j, derphi_j, extra, phi0, derphi0, c1, c2
+) -> _StrongWolfe:
+    """``_zoom``'s loop after the trial at ``a_j`` (``extra``: whether it meets the extra
+    condition)."""
     s = state.zoom
     high = (phi_j > phi0 + c1 * a_j * derphi0) | (phi_j >= s.phi_lo)
-    accepted = ~high & (jnp.abs(derphi_j) <= -c2 * derphi0)
+    accepted = ~high & (jnp.abs(derphi_j) <= -c2 * derphi0) & extra
     flips = derphi_j * (s.a_hi - s.a_lo) >= 0.0
     # The recorded point: the old far end where the far end moves, else the old near end.
     far_moves = high | flips
@@ -402,8 +415,10 @@ def _zoomed(state: _StrongWolfe, a_j, phi_j, derphi_j, phi0, derphi0, c1, c2) ->
     )
 
 
-def _strong_wolfe(fun: ValueAndGradient, xk, pk, phi0, derphi0, alpha1, c1, c2, skip):
-    """scipy's ``scalar_search_wolfe2`` (no ``amax``, no extra condition); none where ``skip``."""
+def _strong_wolfe(
+    fun: ValueAndGradient, xk, pk, phi0, derphi0, alpha1, c1, c2, skip, extra_condition
+):
+    """scipy's ``scalar_search_wolfe2`` (no ``amax``); none where ``skip``."""
     zero = jnp.zeros_like(phi0)
     start = _StrongWolfe(
         phase=jnp.where(skip, _DONE, _BRACKETING),
@@ -426,28 +441,45 @@ def _strong_wolfe(fun: ValueAndGradient, xk, pk, phi0, derphi0, alpha1, c1, c2, 
         trial = jnp.where(s.phase == _BRACKETING, s.alpha1, _zoom_step(s.iteration, s.zoom))
         f, g = fun(xk + trial * pk)
         slope = jnp.dot(g, pk)
+        extra = extra_condition(trial, g)
         return jax.tree.map(
             lambda bracketing, zooming: jnp.where(s.phase == _BRACKETING, bracketing, zooming),
-            _bracketed(s, f, slope, phi0, derphi0, c1, c2),
-            _zoomed(s, trial, f, slope, phi0, derphi0, c1, c2),
+            _bracketed(s, f, slope, extra, phi0, derphi0, c1, c2),
+            _zoomed(s, trial, f, slope, extra, phi0, derphi0, c1, c2),
         )
 
     return jax.lax.while_loop(searching, evaluated, start)
 
 
 def line_search_wolfe12(
-    fun: ValueAndGradient, xk, pk, phi0, gk, old_phi0, c1, c2, stpmin, stpmax
+    fun: ValueAndGradient,
+    xk,
+    pk,
+    phi0,
+    gk,
+    old_phi0,
+    c1,
+    c2,
+    stpmin,
+    stpmax,
+    extra_condition: ExtraCondition = _no_extra_condition,
 ) -> SearchResult:
     """A step along ``pk`` from ``xk`` (value ``phi0``, gradient ``gk``; ``old_phi0`` the previous
     iterate's value, NaN at the first) as scipy's ``_line_search_wolfe12`` finds it; ``stpmin`` and
-    ``stpmax`` bound the Moré-Thuente search (scipy's ``amin``, ``amax``)."""
+    ``stpmax`` bound the Moré-Thuente search (scipy's ``amin``, ``amax``). A step must also meet
+    ``extra_condition``: the Moré-Thuente step is then checked, and the strong-Wolfe search tests
+    it with the Wolfe conditions, as scipy does."""
     derphi0 = jnp.dot(gk, pk)
     alpha1 = initial_step(phi0, old_phi0, derphi0)
     dtype = phi0.dtype
     stpmin, stpmax = jnp.asarray(stpmin, dtype), jnp.asarray(stpmax, dtype)
     first = _more_thuente(fun, xk, pk, phi0, derphi0, alpha1.astype(dtype), c1, c2, stpmin, stpmax)
-    converged = first.status == _CONVERGED
-    second = _strong_wolfe(fun, xk, pk, phi0, derphi0, alpha1.astype(dtype), c1, c2, converged)
+    converged = (first.status == _CONVERGED) & extra_condition(
+        first.stp, fun(xk + first.stp * pk)[1]
+    )
+    second = _strong_wolfe(
+        fun, xk, pk, phi0, derphi0, alpha1.astype(dtype), c1, c2, converged, extra_condition
+    )
     return SearchResult(
         found=converged | second.found,
         alpha=jnp.where(converged, first.stp, second.alpha),
