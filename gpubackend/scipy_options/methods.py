@@ -47,6 +47,8 @@ class ScipyMethod:
     name: str
     defaults: NamedTuple
     tol_sets: tuple[str, ...] = ()
+    tol_clears: tuple[str, ...] = ()
+    """Options scipy's ``tol`` switches off (sets to infinity) unless given."""
     needs_input: str | None = None
     """The op input (``bounds``, ``bracket``) without which scipy refuses the method."""
     refuses_input: str | None = None
@@ -111,6 +113,24 @@ _BRACKETING_ROOT = tuple(
     )
     for name in ("bisect", "brentq", "brenth", "ridder", "toms748")
 )
+
+_NONLIN_JACOBIANS = {
+    "broyden1": s.BroydenJacobianOptions(),
+    "broyden2": s.BroydenJacobianOptions(),
+}
+_NONLIN_SOLVE = tuple(
+    ScipyMethod(
+        name,
+        s.NonlinSettings(jac_options=jacobian),
+        ("xtol",),
+        tol_clears=("xatol", "ftol", "fatol"),
+        jax=JaxSupport(frozenset(s.NonlinSettings._fields)),
+        numba=_NATIVE,
+    )
+    for name, jacobian in _NONLIN_JACOBIANS.items()
+)
+"""scipy's ``nonlin_solve`` family: one driver, one Jacobian approximation per method (its
+``jac_options``)."""
 
 OP_OPTIONS: dict[type, OpOptions] = {
     MinimizeOp: OpOptions(
@@ -178,6 +198,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 jax=JaxSupport(frozenset({"xtol", "ftol", "gtol", "maxiter", "factor"})),
                 numba=_NATIVE_WITH_JAC,
             ),
+            *_NONLIN_SOLVE,
         ),
         frozenset(),
         scipy_names=frozenset(

@@ -31,8 +31,10 @@ from pytensor.tensor.optimize import (
 )
 
 from gpubackend.dispatch.jax import trust_subproblems
+from gpubackend.dispatch.jax.broyden import BroydenFirst, BroydenSecond
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
+from gpubackend.dispatch.jax.nonlin_solve import InverseJacobian, NonlinSolve
 from gpubackend.dispatch.jax.noise_aware_search import (
     ROUNDING_ULPS,
     NoiseAwareBFGS,
@@ -43,6 +45,7 @@ from gpubackend.scipy_options import (
     OP_OPTIONS,
     minimize_maxiter,
     minpack_maxfev,
+    nonlin_maxiter,
     op_options,
     refuse_before_scipy,
     resolve,
@@ -293,6 +296,30 @@ def _lm(settings: s.LMSettings, n: int, dtype: str) -> SolverChoice:
     return SolverChoice(solver, maxfev)
 
 
+def _nonlin_solve(jacobian: Callable[..., InverseJacobian]) -> SolverBuilder:
+    """scipy's ``nonlin_solve`` with the Jacobian approximation ``jacobian(**jac_options)``."""
+
+    def build(settings: s.NonlinSettings, n: int, dtype: str) -> SolverChoice:
+        maxiter = nonlin_maxiter(settings.maxiter, settings.nit, n)
+        rtol, atol = _floored(dtype, settings.xtol, settings.fatol)
+        solver = NonlinSolve(
+            jacobian=jacobian(**settings.jac_options._asdict()),
+            maxiter=maxiter,
+            nit=settings.nit,
+            ftol=settings.ftol,
+            fatol=settings.fatol,
+            xtol=settings.xtol,
+            xatol=settings.xatol,
+            line_search=settings.line_search == "armijo",
+            rtol=rtol,
+            atol=atol,
+        )
+        # One step per scipy iteration; the solver's own verdict ends it at maxiter.
+        return SolverChoice(solver, max(maxiter, 1))
+
+    return build
+
+
 def _golden_search(tolerance: float, maxiter: int, dtype: str) -> SolverChoice:
     rtol, atol = _floored(dtype, tolerance, tolerance * 1e-3)
     # ``norm`` is a ClassVar of the scalar solvers; mypy reads the parent's abstract field.
@@ -335,6 +362,8 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "dogleg"): _trust_region(trust_subproblems.dogleg),
     (RootOp, "hybr"): _hybr,
     (RootOp, "lm"): _lm,
+    (RootOp, "broyden1"): _nonlin_solve(BroydenFirst),
+    (RootOp, "broyden2"): _nonlin_solve(BroydenSecond),
     (MinimizeScalarOp, "brent"): _bracket_minimize,
     (MinimizeScalarOp, "golden"): _bracket_minimize,
     (MinimizeScalarOp, "bounded"): _bounded_minimize,

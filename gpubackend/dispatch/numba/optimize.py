@@ -51,6 +51,7 @@ from gpubackend.solvers.bisect import make_bisect
 from gpubackend.solvers.bounded_minimize import make_bounded_minimize
 from gpubackend.solvers.brent_minimize import make_brent_minimize
 from gpubackend.solvers.brentq import make_brentq
+from gpubackend.solvers.broyden import make_broyden1, make_broyden2
 from gpubackend.solvers.conjugate_gradient import make_conjugate_gradient
 from gpubackend.solvers.golden import make_golden
 from gpubackend.solvers.hybrid_powell import make_hybrid_powell
@@ -68,7 +69,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 21
+SOLVER_CACHE_VERSION = 22
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -88,6 +89,8 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Cal
     # MINPACK asks for the equations at every trial point, the Jacobian only where it refactors.
     (RootOp, "hybr"): ((problem.RESIDUAL, problem.JACOBIAN), make_hybrid_powell),
     (RootOp, "lm"): ((problem.RESIDUAL, problem.JACOBIAN), make_levenberg_marquardt),
+    (RootOp, "broyden1"): ((problem.RESIDUAL,), make_broyden1),
+    (RootOp, "broyden2"): ((problem.RESIDUAL,), make_broyden2),
     (MinimizeScalarOp, "brent"): ((problem.SCALAR_VALUE,), make_brent_minimize),
     (MinimizeScalarOp, "golden"): ((problem.SCALAR_VALUE,), make_golden),
     (MinimizeScalarOp, "bounded"): ((problem.SCALAR_VALUE,), make_bounded_minimize),
