@@ -26,8 +26,8 @@ from collections.abc import Callable
 import numpy as np
 from pytensor.link.numba.dispatch.basic import numba_njit
 
-from gpubackend.solvers import nonlin_maxiter
 from gpubackend.scipy_options.settings import UNLIMITED
+from gpubackend.solvers import nonlin_maxiter
 from gpubackend.solvers.small_vectors import all_finite, max_abs, norm
 
 # scipy's forcing-term constants (Eisenstat-Walker, choice 2) and its Armijo search's smallest step.

@@ -164,18 +164,19 @@ class _NonlinState(eqx.Module):
     status: jax.Array
 
 
-class NonlinSolve(optx.AbstractRootFinder):  # type: ignore[misc]
+class NonlinSolve(optx.AbstractRootFinder):
     """scipy's ``nonlin_solve`` with one Jacobian approximation; ``maxiter`` resolved (scipy's
     ``nit + 1`` or ``100 (n + 1)`` where not given); ``nit`` < 0 is scipy's ``None``."""
 
-    jacobian: InverseJacobian
-    maxiter: int = eqx.field(static=True)
-    nit: int = eqx.field(static=True)
-    ftol: float
-    fatol: float
-    xtol: float
-    xatol: float
-    line_search: bool = eqx.field(static=True)
+    # mypy reads a default into optimistix's abstract fields: these have none, as in optimistix.
+    jacobian: InverseJacobian  # type: ignore[misc]
+    maxiter: int = eqx.field(static=True)  # type: ignore[misc]
+    nit: int = eqx.field(static=True)  # type: ignore[misc]
+    line_search: bool = eqx.field(static=True)  # type: ignore[misc]
+    ftol: float  # type: ignore[misc]
+    fatol: float  # type: ignore[misc]
+    xtol: float  # type: ignore[misc]
+    xatol: float  # type: ignore[misc]
     # optimistix reads these off any root finder; the verdicts above replace them.
     rtol: float
     atol: float
