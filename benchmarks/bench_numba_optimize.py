@@ -32,7 +32,8 @@ be scheduled, for stock and gpubackend alike, and that wait is all such a row
 measured (12-48 ms per call, ratio about 1x). One thread is what a sampler
 running a chain per core gets anyway.
 
-Usage: ``python benchmarks/bench_numba_optimize.py [--quick]``
+Usage: ``python benchmarks/bench_numba_optimize.py [--quick] [--methods SLSQP,BFGS]``
+(``--methods``: only the rows of those methods, the tables without one left empty)
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class Case:
         return f"{self.op} {self.method}{flags} {self.problem}" + (" +grad" if self.grad else "")
 
 
-CASES = (
+CASES: tuple[Case, ...] = (
     Case("minimize", "BFGS", "rosenbrock2"),
     Case("minimize", "BFGS", "rosenbrock10"),
     Case("minimize", "BFGS", "quartic3", options=(("tol", 1e-8),)),
@@ -89,10 +90,17 @@ CASES = (
     Case("minimize", "trust-exact", "rosenbrock2", kwargs=(("hess", True),)),
     Case("minimize", "trust-ncg", "rosenbrock2", kwargs=(("hess", True),)),
     Case("minimize", "dogleg", "rosenbrock2", kwargs=(("hess", True),)),
+    Case("minimize", "SLSQP", "rosenbrock2"),
+    Case("minimize", "SLSQP", "rosenbrock10"),
+    Case("minimize", "trust-constr", "rosenbrock2"),
+    Case("minimize", "trust-constr", "rosenbrock2", kwargs=(("hess", True),)),
+    Case("minimize", "Nelder-Mead", "rosenbrock2"),
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),)),
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),), grad=True),
     Case("root", "hybr", "two_equations"),
     Case("root", "lm", "two_equations"),
+    Case("root", "df-sane", "two_equations", kwargs=(("jac", False),)),
+    Case("root", "df-sane", "two_equations", kwargs=(("jac", False),), grad=True),
     Case("minimize_scalar", "brent", "quartic1", options=(("tol", 1e-12),)),
     Case("minimize_scalar", "brent", "quartic1", options=(("tol", 1e-12),), grad=True),
     Case("minimize_scalar", "golden", "quartic1"),
@@ -257,6 +265,11 @@ def hand_written_problems() -> dict[tuple[str, str], tuple[Callable, ...]]:
         return rosenbrock_value_grad(x, args[0])
 
     @njit
+    def rosenbrock_value(x, args):
+        args[1][0] += 1
+        return rosenbrock_value_grad(x, args[0])[0]
+
+    @njit
     def rosenbrock_with_hessian(x, args):
         args[1][0] += 1
         a = args[0]
@@ -327,11 +340,13 @@ def hand_written_problems() -> dict[tuple[str, str], tuple[Callable, ...]]:
         return f, (scalar_cubic(z + step, args) - f) / step
 
     return {
+        ("rosenbrock", "value"): (rosenbrock_value,),
         ("rosenbrock", "gradient"): (rosenbrock,),
         ("rosenbrock", "hessian"): (rosenbrock_with_hessian,),
         ("quartic", "gradient"): (quartic,),
         ("cubic", "residual, jacobian"): (cubic, cubic_jacobian),
         ("two_equations", "residual, jacobian"): (two_equations, two_equations_jacobian),
+        ("two_equations", "residual"): (two_equations,),
         ("quartic", "value"): (scalar_quartic,),
         ("cubic", "value"): (scalar_cubic,),
         ("cubic", "derivative"): (scalar_cubic_with_derivative,),
@@ -351,9 +366,11 @@ def _outputs_wanted(plan_solver: str, op) -> str:
 
     wanted, _ = NATIVE_SOLVERS[(type(op), plan_solver)]
     return {
+        (evaluations.VALUE,): "value",
         (evaluations.VALUE_AND_GRADIENT,): "gradient",
         (evaluations.VALUE_GRADIENT_AND_HESSIAN,): "hessian",
         (evaluations.RESIDUAL, evaluations.JACOBIAN): "residual, jacobian",
+        (evaluations.RESIDUAL,): "residual",
         (evaluations.SCALAR_VALUE,): "value",
         (evaluations.SCALAR_VALUE_AND_DERIVATIVE,): "derivative",
         (evaluations.SCALAR_VALUE_AND_FORWARD_DIFFERENCE,): "forward_difference",
@@ -648,12 +665,19 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="fewer repeats and a shorter time budget"
     )
+    parser.add_argument(
+        "--methods", help="comma-separated methods: only their rows (default: every method)"
+    )
     parser.add_argument("--stock-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--latency-worker", nargs=2, metavar=("CASE", "COMPILEDIR"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     repeats, budget_s = (5, 0.3) if args.quick else (9, 1.5)
+    selection = ["--methods", args.methods] if args.methods else []
+    if args.methods:
+        global CASES
+        CASES = tuple(case for case in CASES if case.method in args.methods.split(","))
 
     if args.stock_worker:
         print(json.dumps(solve_times(repeats, budget_s)))
@@ -662,7 +686,7 @@ def main() -> None:
         print(json.dumps({"seconds": compile_latency(args.latency_worker[0])}))
         return
 
-    stock = run_worker(["--stock-worker", *(["--quick"] if args.quick else [])])
+    stock = run_worker(["--stock-worker", *(["--quick"] if args.quick else []), *selection])
     import gpubackend  # noqa: F401  (only now: the stock worker must not see it)
 
     ours_or_failed = solve_times(repeats, budget_s)
@@ -674,7 +698,10 @@ def main() -> None:
     }
     bfgs_rows = bfgs_floor_rows(repeats, budget_s, ours)
     latency = {}
+    selected = {case.name for case in CASES}
     for name in QUICK_LATENCY_CASES if args.quick else LATENCY_CASES:
+        if name not in selected:
+            continue
         with tempfile.TemporaryDirectory(prefix="bench_numba_optimize_") as compiledir:
             cold = run_worker(["--latency-worker", name, compiledir])["seconds"]
             warm = run_worker(["--latency-worker", name, compiledir])["seconds"]

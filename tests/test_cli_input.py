@@ -34,6 +34,7 @@ def nothing_runs(monkeypatch):
     for module, name in [
         (cli, "run_and_report"),
         (cli, "run_differential_and_report"),
+        (cli, "run_optimize_and_report"),
         (runner, "run_in_workers"),
         (differential_reports, "draw_while_specs"),
         (main_job, "run_demo"),
@@ -128,8 +129,8 @@ def test_cases_that_name_nothing_are_refused(nothing_runs, tmp_path, capsys):
 def test_no_catalogue_and_nothing_generated_is_refused(nothing_runs, tmp_path, capsys):
     err = usage_error(["--out", str(tmp_path), "--no-catalogue"], capsys)
     assert (
-        "--no-catalogue with none of --generated N, --generated-while N or --stock-superset N"
-        in err
+        "--no-catalogue with none of --generated N, --generated-while N, "
+        "--generated-optimize N or --stock-superset N runs nothing" in err
     )
 
 
@@ -334,3 +335,9 @@ def test_one_host_device_cpu_1_advises_the_flag_that_makes_it_in_each_place(tmp_
     assert "argument --device: the requested device 'cpu:1' does not exist" in messages["cli"]
     assert flag in messages["cli"] and "pass --device cpu" in messages["cli"]
     assert "GPUBACKEND_DEVICE" not in messages["cli"] and "jax_gpu_mode" not in messages["cli"]
+
+
+def test_optimize_methods_that_match_nothing_are_refused(nothing_runs, tmp_path, capsys):
+    argv = ["--out", str(tmp_path), "--generated-optimize", "1", "--optimize-methods", "zzz"]
+    err = usage_error(argv, capsys)
+    assert "method pattern 'zzz' matches none of minimize:bfgs" in err

@@ -6,6 +6,7 @@ then ``jax_funcify`` it. The samplers differentiate the result with ``jax.grad``
 """
 
 import functools
+import warnings
 
 import jax
 import numpy as np
@@ -44,6 +45,29 @@ def test_logp_with_a_minimize_and_an_ofg_is_jitted_and_differentiated_by_jax():
     np.testing.assert_allclose(logp_fn(x0, a_value), want_logp, rtol=1e-6)
     # optimistix differentiates its solve implicitly, as PyTensor does symbolically.
     np.testing.assert_allclose(jax.grad(logp_fn, argnums=1)(x0, a_value), want_grad, rtol=1e-5)
+
+
+def test_a_derivative_free_minimize_is_differentiated_by_jax():
+    # Before: NotImplementedError (Nelder-Mead had no JAX equivalent). The implicit derivative
+    # needs no derivative from the method: it comes from the objective's.
+    x, a = pt.vector("x"), pt.vector("a")
+    solution, _ = minimize(
+        ((x - a) ** 2).sum() + 0.1 * (x**4).sum(),
+        x,
+        method="Nelder-Mead",
+        optimizer_kwargs={"tol": 1e-12, "options": {"maxfev": 5000}},
+    )
+    logp = -(solution**2 * a).sum()
+    graph_fn = jaxified([x, a], [logp])
+    logp_fn = jax.jit(lambda x_value, a_value: graph_fn(x_value, a_value)[0])
+    x0, a_value = np.zeros(3), np.array([0.5, -1.0, 2.0])
+    reference = pytensor.function([x, a], [logp, pytensor.grad(logp, a)], mode="FAST_COMPILE")
+    with warnings.catch_warnings():
+        # scipy warns that Nelder-Mead does not use the gradient PyTensor's jac=True hands it.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want_logp, want_grad = reference(x0, a_value)
+    np.testing.assert_allclose(logp_fn(x0, a_value), want_logp, rtol=1e-8)
+    np.testing.assert_allclose(jax.grad(logp_fn, argnums=1)(x0, a_value), want_grad, rtol=1e-6)
 
 
 def test_logp_with_a_while_scan_is_differentiated_by_jax():
@@ -117,8 +141,13 @@ def _laplace_reference() -> np.ndarray:
     return np.array([reference(np.zeros(LAPLACE_SIZE), t) for t in LOG_TAUS]).T
 
 
+LAPLACE_TOL = {"SLSQP": 1e-12}
+"""SLSQP's ``ftol`` bounds the change of f between iterates, not the gradient: at 1e-8 its logp
+lands 1e-6 off (scipy's alike)."""
+
+
 def _jaxified_laplace(method: str):
-    field, log_tau, logp, success = _laplace_logp(method, 1e-8)
+    field, log_tau, logp, success = _laplace_logp(method, LAPLACE_TOL.get(method, 1e-8))
     graph_fn = jaxified([field, log_tau], [logp, success])
     start = np.zeros(LAPLACE_SIZE)
 
@@ -144,7 +173,9 @@ TRANSFORMS = {
 }
 
 
-@pytest.mark.parametrize("method", ["L-BFGS-B", "BFGS", *SECOND_ORDER_METHODS])
+@pytest.mark.parametrize(
+    "method", ["L-BFGS-B", "BFGS", "Newton-CG", *SECOND_ORDER_METHODS, "SLSQP", "trust-constr"]
+)
 def test_laplace_logp_and_gradient_under_every_jax_transform(method):
     # Before: pmap and shard_map stopped while tracing, in lineax ("Symmetric/Hermitian
     # matrices must have matching input and output structures", lineax issue 185).
@@ -181,6 +212,12 @@ OTHER_SOLVERS = {
     "lm": lambda y, a: root(_two_equations(y, a), y, method="lm")[0].sum(),
     "root_scalar-newton": lambda y, a: root_scalar(y**3 + y - a, y, method="newton")[0],
     "brent": lambda y, a: minimize_scalar((y - a) ** 2 + y**4, y, method="brent")[0],
+    "nelder-mead": lambda y, a: minimize(
+        ((y - a) ** 2).sum() + (y**4).sum(),
+        y,
+        method="Nelder-Mead",
+        optimizer_kwargs={"tol": 1e-10},
+    )[0].sum(),
 }
 
 
@@ -196,3 +233,23 @@ def test_other_solvers_under_pmap_match_jit(name):
     want = jax.jit(jax.vmap(fn))(LOG_TAUS)
     got = pmapped(fn)(LOG_TAUS)
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_df_sane_solution_is_differentiated_by_jax_as_by_pytensor():
+    # From (0.5, 0.5) df-sane finds no root of `_two_equations` (scipy's neither): its own problem.
+    y, a = pt.vector("y"), pt.scalar("a")
+    equations = pt.stack([y[0] + 0.5 * y[1] ** 3 - a, 0.5 * (y[1] - y[0]) ** 3 + y[1] - 0.3])
+    solution, success = root(
+        equations, y, method="df-sane", jac=False, optimizer_kwargs={"tol": 1e-12}
+    )
+    start = np.zeros(2)
+    reference = pytensor.function(
+        [y, a], [solution.sum(), pt.grad(solution.sum(), a), success], mode="FAST_COMPILE"
+    )
+    expected = np.array([reference(start, tau)[:2] for tau in LOG_TAUS])
+    assert all(reference(start, tau)[2] for tau in LOG_TAUS)
+    graph_fn = jaxified([y, a], [solution.sum()])
+    fn = jax.value_and_grad(lambda a_value: graph_fn(start, a_value)[0])
+    np.testing.assert_allclose(np.array(jax.jit(jax.vmap(fn))(LOG_TAUS)).T, expected, rtol=1e-6)
+    # Inside pmap the damped Newton stand-in solves it (`optimize_lowering`).
+    np.testing.assert_allclose(np.array(pmapped(fn)(LOG_TAUS)).T, expected, rtol=1e-6)

@@ -5,6 +5,8 @@ Every result is compared with the FAST_COMPILE backend, which runs scipy; the
 gradients are PyTensor's implicit-function gradients, lowered like any graph.
 """
 
+import warnings
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -50,6 +52,34 @@ def test_minimize_methods(method, optimizer_kwargs):
     inputs, outputs, success = _minimize_problem(method, **optimizer_kwargs)
     assert_matches_reference(inputs, outputs, [X0, A_VALUE], "JAX_GPU", rtol=1e-6, atol=1e-9)
     assert compile_checked(inputs, [success], [X0, A_VALUE], "JAX_GPU")[0]
+
+
+NELDER_MEAD_OPTIONS = {
+    "tight": {"tol": 1e-10, "options": {"maxfev": 5000}},
+    "adaptive": {"options": {"adaptive": True, "xatol": 1e-9, "fatol": 1e-12, "maxiter": 3000}},
+    "bounded": {"tol": 1e-10, "bounds": [(None, 0.9), (-1.0, 2.0), (-0.2, 0.2)]},
+    "out_of_iterations": {"options": {"maxiter": 20}},
+    "out_of_evaluations": {"options": {"maxfev": 31}},
+    "budget_spent_on_the_start_simplex": {"options": {"maxfev": 2}},
+}
+
+
+@pytest.mark.parametrize("name", list(NELDER_MEAD_OPTIONS))
+def test_nelder_mead_takes_scipys_steps_and_verdict_and_its_gradient(name):
+    # Before: NotImplementedError (no JAX equivalent). A budget scipy runs out of stops it where
+    # scipy stops, so even unconverged solutions agree; the gradient is the implicit one.
+    with warnings.catch_warnings():
+        # scipy warns that Nelder-Mead does not use the gradient PyTensor's jac=True hands it.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        inputs, outputs, success = _minimize_problem("Nelder-Mead", **NELDER_MEAD_OPTIONS[name])
+        got = assert_matches_reference(inputs, [*outputs, success], [X0, A_VALUE], "JAX_GPU")
+    assert bool(got[2]) == (name in ("tight", "adaptive", "bounded"))
+
+
+def test_nelder_mead_refuses_an_initial_simplex_by_name():
+    inputs, outputs, _ = _minimize_problem("Nelder-Mead", options={"initial_simplex": np.eye(4, 3)})
+    with pytest.raises(NotImplementedError, match="initial_simplex"):
+        pytensor.function(inputs, outputs, mode="JAX_GPU")
 
 
 TRUST_REGION_METHODS = ["trust-exact", "trust-krylov", "trust-ncg", "dogleg"]
@@ -122,6 +152,89 @@ def test_an_option_that_changes_the_subproblem_is_refused_by_name():
     inputs, outputs, _ = _minimize_problem("trust-krylov", hess=True, options={"inexact": True})
     with pytest.raises(UnsupportedOption, match="inexact"):
         pytensor.function(inputs, outputs, mode="JAX_GPU")
+
+
+def _rosenbrock_newton_cg(hess: bool, **options):
+    x = pt.vector("x")
+    solution, success = minimize(
+        _rosenbrock(x), x, method="Newton-CG", hess=hess, optimizer_kwargs={"options": options}
+    )
+    return [x], [solution, success]
+
+
+ROSENBROCK_X0 = np.array([-1.2, 1.0, -0.5, 0.8])
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"xtol": 1e-10}, {"maxiter": 5}, {"maxiter": 0}, {"c1": 0.3, "c2": 0.5}]
+)
+def test_newton_cg_with_the_hessian_follows_scipys_iterates(options):
+    """With the op's Hessian, scipy's own algorithm: the same iterates (to rounding) and verdict,
+    converged or stopped by its budget (scipy needs 23 iterations here)."""
+    inputs, outputs = _rosenbrock_newton_cg(True, **options)
+    (want, want_success), (got, got_success) = (
+        pytensor.function(inputs, outputs, mode="FAST_COMPILE")(ROSENBROCK_X0),
+        compile_checked(inputs, outputs, [ROSENBROCK_X0], "JAX_GPU"),
+    )
+    assert got_success == want_success == ("maxiter" not in options)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("xtol", [1e-5, 1e-10])
+def test_newton_cg_without_the_hessian_is_within_xtol_of_scipy(xtol):
+    """Without ``hess`` scipy multiplies by the Hessian through finite differences of the gradient;
+    the lowering differentiates the gradient graph exactly: the same verdict, and points within
+    the last update's size (``n * xtol`` in the 1-norm) of each other near the minimum."""
+    inputs, outputs = _rosenbrock_newton_cg(False, xtol=xtol)
+    (want, want_success), (got, got_success) = (
+        pytensor.function(inputs, outputs, mode="FAST_COMPILE")(ROSENBROCK_X0),
+        compile_checked(inputs, outputs, [ROSENBROCK_X0], "JAX_GPU"),
+    )
+    assert got_success and want_success
+    # The Rosenbrock minimum is ill-conditioned (curvature ratio ~2500): 1e4 times the step.
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e4 * 4 * xtol)
+    np.testing.assert_allclose(got, np.ones(4), rtol=0, atol=1e4 * 4 * xtol)
+
+
+@pytest.mark.parametrize("hess", [True, False])
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_newton_cg_and_its_gradient(hess, mode):
+    inputs, outputs, success = _minimize_problem("Newton-CG", hess=hess, tol=1e-10)
+    # Without the Hessian, scipy's finite differences of the gradient move its last digits (1e-9).
+    atol = 1e-10 if hess else 1e-8
+    assert_matches_reference(inputs, outputs, [X0, A_VALUE], mode, rtol=0, atol=atol)
+    assert compile_checked(inputs, [success], [X0, A_VALUE], mode)[0]
+
+
+@pytest.mark.parametrize("hess", [True, False])
+def test_newton_cg_verdicts_where_the_hessian_is_indefinite_are_scipys(hess):
+    """From a start of negative curvature CG falls back to steepest descent, as scipy's does."""
+    x, b = pt.vector("x"), pt.vector("b")
+    solution, success = minimize(((x**2 - b) ** 2).sum(), x, method="Newton-CG", hess=hess)
+    values = [np.array([0.1, -0.2, 0.05]), np.array([1.0, 2.0, 0.5])]
+    (want, want_success), (got, got_success) = (
+        pytensor.function([x, b], [solution, success], mode="FAST_COMPILE")(*values),
+        compile_checked([x, b], [solution, success], values, "JAX_GPU"),
+    )
+    assert got_success == want_success
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+
+
+def test_newton_cg_with_a_nan_parameter_fails_as_scipys_does():
+    inputs, outputs, success = _minimize_problem("Newton-CG", hess=True)
+    values = [X0, np.array([1.0, np.nan, 0.5])]
+    assert not pytensor.function(inputs, success, mode="FAST_COMPILE")(*values)
+    solution, solved = compile_checked(inputs, [outputs[0], success], values, "JAX_GPU")
+    assert np.isnan(solution).all() and not solved
+
+
+def test_newton_cg_without_the_gradient_raises_as_scipy_does():
+    x = pt.vector("x")
+    solution, _ = minimize(_rosenbrock(x), x, method="Newton-CG", jac=False)
+    with pytest.raises(ValueError, match=r"^Jacobian is required for Newton-CG method"):
+        pytensor.function([x], solution, mode="FAST_COMPILE")(ROSENBROCK_X0)
+    with pytest.raises(ValueError, match=r"^Jacobian is required for Newton-CG method$"):
+        pytensor.function([x], solution, mode="JAX_GPU")
 
 
 def _gradient_methods_problem(name: str, method: str, tol: float):
@@ -198,6 +311,27 @@ def test_root_and_its_gradient(method, mode):
 
 @pytest.mark.parametrize("mode", JAX_MODES)
 @pytest.mark.parametrize(
+    "options",
+    [{}, {"line_search": "cheng", "M": 3}, {"maxfev": 6}],
+    ids=["cruz", "cheng", "out_of_evaluations"],
+)
+def test_df_sane_and_its_gradient(options, mode):
+    x, a = pt.vector("x"), pt.vector("a")
+    equations = pt.stack([x[0] + 0.5 * x[1] ** 3 - a[0], 0.5 * (x[1] - x[0]) ** 3 + x[1] - a[1]])
+    # jac=False: scipy's df-sane takes the equations alone.
+    solution, success = root(
+        equations, x, method="df-sane", jac=False, optimizer_kwargs={"options": options}
+    )
+    inputs = [x, a]
+    outputs = [solution, pt.grad(solution.sum(), a), success]
+    got = assert_matches_reference(
+        inputs, outputs, [np.zeros(2), np.array([1.0, 0.3])], mode, rtol=1e-8
+    )
+    assert bool(got[2]) == ("maxfev" not in options)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+@pytest.mark.parametrize(
     "method, bracket, jac", [("brentq", (0.0, 5.0), False), ("newton", None, True)]
 )
 def test_root_scalar_and_its_gradient(method, bracket, jac, mode):
@@ -257,6 +391,7 @@ def _rosenbrock(x):
         "BFGS",
         "CG",
         "L-BFGS-B",
+        "Newton-CG",
         "trust-exact",
         "trust-ncg",
         pytest.param(
@@ -281,7 +416,7 @@ def test_maxiter_counts_scipy_iterations_not_evaluations(method):
     """
     x0 = np.array([-1.2, 1.0, -0.5, 0.8])
     # The trust-region methods take scipy's Rosenbrock derivatives, as the op takes its own.
-    hess = method in TRUST_REGION_METHODS
+    hess = method in (*TRUST_REGION_METHODS, "Newton-CG")
     derivatives = (
         {"jac": scipy.optimize.rosen_der, "hess": scipy.optimize.rosen_hess} if hess else {}
     )
@@ -313,8 +448,8 @@ def test_maxiter_counts_scipy_iterations_not_evaluations(method):
 
 @pytest.mark.parametrize("mode", JAX_MODES)
 def test_method_without_jax_equivalent_is_refused_at_compile_time(mode):
-    inputs, outputs, _ = _minimize_problem("SLSQP")
-    with pytest.raises(NotImplementedError, match=r"'SLSQP'.*BFGS, CG, L-BFGS-B"):
+    inputs, outputs, _ = _minimize_problem("Powell")
+    with pytest.raises(NotImplementedError, match=r"'Powell'.*BFGS, CG, L-BFGS-B"):
         pytensor.function(inputs, outputs, mode=mode)
 
 

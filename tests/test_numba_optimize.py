@@ -166,6 +166,65 @@ def test_minimize_method_matches_scipy(minimize_methods_problem, name):
     assert_matches_reference(minimize_methods_problem[name])
 
 
+NELDER_MEAD_OPTIONS = {
+    "tight": {"tol": 1e-10, "options": {"maxfev": 5000}},
+    "adaptive": {"options": {"adaptive": True, "xatol": 1e-9, "fatol": 1e-12, "maxiter": 3000}},
+    "bounded": {"tol": 1e-10, "bounds": [(None, 0.9), (0.0, 2.0)]},
+    "out_of_iterations": {"options": {"maxiter": 20}},
+    "out_of_evaluations": {"options": {"maxfev": 31}},
+    "shrinking_at_the_budget": {"options": {"maxfev": 2}},
+}
+NELDER_MEAD_CONVERGED = ["tight", "adaptive", "bounded"]
+
+
+@pytest.fixture(scope="module")
+def nelder_mead_problem():
+    x = pt.vector("x")
+    a = pt.scalar("a")
+    objective = rosenbrock(x, a)
+    problems = {
+        name: minimize(objective, x, method="Nelder-Mead", optimizer_kwargs=options)
+        for name, options in NELDER_MEAD_OPTIONS.items()
+    }
+    # Derivative-free: the op's gradient output is not read, and an op without one runs too.
+    problems["without_gradient"] = minimize(
+        objective, x, method="Nelder-Mead", jac=False, optimizer_kwargs={"tol": 1e-10}
+    )
+    with warnings.catch_warnings():
+        # scipy warns that Nelder-Mead does not use the gradient PyTensor's jac=True hands it.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return solve_with_both_backends(problems, [x, a], a, (np.array([-1.2, 1.0]), 1.3))
+
+
+@pytest.mark.parametrize("name", [*NELDER_MEAD_CONVERGED, "without_gradient"])
+def test_nelder_mead_matches_scipy_including_ift_gradient(nelder_mead_problem, name):
+    assert_matches_reference(nelder_mead_problem[name])
+
+
+@pytest.mark.parametrize(
+    "name", ["out_of_iterations", "out_of_evaluations", "shrinking_at_the_budget"]
+)
+def test_nelder_mead_out_of_budget_fails_at_scipys_point(nelder_mead_problem, name):
+    (solution, success, _), (want_solution, want_success, _) = nelder_mead_problem[name]
+    assert not bool(want_success)
+    assert not bool(success)
+    np.testing.assert_allclose(solution, want_solution, rtol=RTOL)
+
+
+@pytest.mark.parametrize("mode", ["NUMBA", REFERENCE_MODE])
+def test_nelder_mead_with_crossed_bounds_raises_scipys_error(mode):
+    x = pt.vector("x")
+    solution, _ = minimize(
+        ((x - 1.0) ** 2).sum(),
+        x,
+        method="Nelder-Mead",
+        optimizer_kwargs={"bounds": [(0.0, 1.0), (2.0, -2.0)]},
+    )
+    fn = pytensor.function([x], solution, mode=mode)
+    with pytest.raises(ValueError, match="upper bound is less than the corresponding lower"):
+        fn(np.zeros(2))
+
+
 TRUST_REGION_METHODS = ["trust-exact", "trust-ncg", "dogleg"]
 # Methods checked together: values, implicit gradient, batching and budgets against scipy.
 CHECKED_METHODS = [*TRUST_REGION_METHODS, "CG"]
@@ -283,8 +342,19 @@ def test_dogleg_on_an_indefinite_hessian_fails_where_scipy_does():
     assert bool(got[1]) == bool(want[1]) is False
 
 
-@pytest.mark.parametrize("method", TRUST_REGION_METHODS)
-def test_trust_region_options_scipy_refuses_raise(method):
+@pytest.mark.parametrize("mode", ["NUMBA", "JAX_GPU"])
+@pytest.mark.parametrize(
+    ("option", "value", "refusal"),
+    [
+        ("initial_trust_radius", 2000.0, "initial trust radius must be less than the max"),
+        ("initial_trust_radius", 0.0, "initial trust radius must be positive"),
+        ("max_trust_radius", -1.0, "max trust radius must be positive"),
+        ("eta", 0.3, "invalid acceptance stringency"),
+    ],
+)
+@pytest.mark.parametrize("method", [*TRUST_REGION_METHODS, "trust-krylov"])
+def test_trust_region_options_scipy_refuses_raise(method, option, value, refusal, mode):
+    """scipy refuses these before it evaluates anything; so do both lowerings, when they compile."""
     x = pt.vector("x")
     solution, _ = minimize(
         ((x - 1.0) ** 2).sum(),
@@ -292,11 +362,10 @@ def test_trust_region_options_scipy_refuses_raise(method):
         method=method,
         jac=True,
         hess=True,
-        optimizer_kwargs={"options": {"initial_trust_radius": 2000.0}},
+        optimizer_kwargs={"options": {option: value}},
     )
-    fn = numba_function([x], [solution])
-    with pytest.raises(ValueError, match="initial trust radius must be less than the max"):
-        fn(np.zeros(2))
+    with pytest.raises(ValueError, match=refusal):
+        pytensor.function([x], [solution], mode=mode)(np.zeros(2))
 
 
 def test_lowering_is_native_and_inner_graph_is_baked_inplace(bfgs_problem):
@@ -347,11 +416,15 @@ def test_link_and_calls_are_rewrite_free(bfgs_problem):
     np.testing.assert_allclose(results[1][0], bfgs_problem["expected"][0], rtol=RTOL)
 
 
+OBJECT_MODE_BFGS = {"method": "BFGS", "optimizer_kwargs": {"options": {"norm": 2}}}
+"""A configuration without a native solver (BFGS's norm other than inf)."""
+
+
 def test_contract_check_detects_object_mode_fallback():
     """The probe must see the nested compile scipy's object-mode path makes."""
     x = pt.vector("x")
     a = pt.scalar("a")
-    solution, _ = minimize(rosenbrock(x, a), x, method="Nelder-Mead")
+    solution, _ = minimize(rosenbrock(x, a), x, **OBJECT_MODE_BFGS)
     with pytest.warns(ObjectModeFallbackWarning):
         counts, _ = link_and_call_twice([x, a], [solution], (np.array([-1.2, 1.0]), 1.3))
     assert counts[LINK].compilations + counts[CALL].compilations > 0
@@ -360,13 +433,13 @@ def test_contract_check_detects_object_mode_fallback():
 def test_fallback_warns_once_naming_the_method_and_matches_scipy():
     x = pt.vector("x")
     a = pt.scalar("a")
-    solution, success = minimize(rosenbrock(x, a), x, method="Nelder-Mead")
+    solution, success = minimize(rosenbrock(x, a), x, **OBJECT_MODE_BFGS)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fn = pytensor.function([x, a], [solution, success], mode="NUMBA")
     fallback = [w for w in caught if issubclass(w.category, ObjectModeFallbackWarning)]
     assert len(fallback) == 1
-    assert "Nelder-Mead" in str(fallback[0].message)
+    assert "BFGS" in str(fallback[0].message)
     assert not [w for w in caught if "Numba will use object mode" in str(w.message)]
     values = (np.array([-1.2, 1.0]), 1.3)
     expected = pytensor.function([x, a], [solution, success], mode=REFERENCE_MODE)(*values)
@@ -598,3 +671,97 @@ def test_df_sane_on_a_0d_x_is_refused_before_scipy_crashes(mode):
     solution, _ = root(z**3 + z - 1.0, z, method="df-sane")
     with pytest.raises(ValueError, match=r"df-sane.*0-d"):
         pytensor.function([z], solution, mode=mode)
+
+
+def _df_sane_equations(x, a):
+    return pt.stack([x[0] ** 2 + x[1] ** 2 - a, x[0] - x[1] ** 3])
+
+
+DF_SANE_START, DF_SANE_A = np.array([1.0, 1.0]), 3.0
+
+
+def _df_sane_scipy_evaluations() -> int:
+    def equations(x):
+        return np.array([x[0] ** 2 + x[1] ** 2 - DF_SANE_A, x[0] - x[1] ** 3])
+
+    return scipy.optimize.root(equations, DF_SANE_START, method="df-sane").nfev
+
+
+DF_SANE_OPTIONS = {
+    "default": {},
+    "tol": {"tol": 1e-12},
+    "cheng": {"options": {"line_search": "cheng"}},
+    "window_1": {"options": {"M": 1, "sigma_0": 0.5}},
+    "few_evaluations": {"options": {"maxfev": 5}},
+    "exact_budget": "scipy's evaluations",
+    "one_short": "scipy's evaluations - 1",
+}
+
+
+@pytest.fixture(scope="module")
+def df_sane_problem():
+    # root's jac=True would hand scipy's df-sane the Jacobian too, which it cannot take.
+    x, a = pt.vector("x"), pt.scalar("a")
+    evaluations = _df_sane_scipy_evaluations()
+    budgets = {"exact_budget": evaluations, "one_short": evaluations - 1}
+    problems = {
+        name: root(
+            _df_sane_equations(x, a),
+            x,
+            method="df-sane",
+            jac=False,
+            optimizer_kwargs={"options": {"maxfev": budgets[name]}} if name in budgets else kw,
+        )
+        for name, kw in DF_SANE_OPTIONS.items()
+    }
+    return solve_with_both_backends(problems, [x, a], a, (DF_SANE_START, DF_SANE_A))
+
+
+@pytest.mark.parametrize("name", list(DF_SANE_OPTIONS))
+def test_df_sane_matches_scipy_including_budget_and_ift_gradient(df_sane_problem, name):
+    (solution, success, gradient), (want_solution, want_success, want_gradient) = df_sane_problem[
+        name
+    ]
+    assert bool(success) == bool(want_success) == (name not in ("few_evaluations", "one_short"))
+    # The same iterates up to rounding, which the spectral steps amplify towards ftol.
+    np.testing.assert_allclose(solution, want_solution, rtol=1e-8)
+    np.testing.assert_allclose(gradient, want_gradient, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["NUMBA", "JAX_GPU"])
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"line_search": "armijo"}, r"line_search.*cheng.*cruz"),
+        ({"M": 0}, r"'M' must be at least 1"),
+    ],
+)
+def test_df_sane_options_scipy_refuses_raise(mode, options, error):
+    x, a = pt.vector("x"), pt.scalar("a")
+    solution, _ = root(
+        _df_sane_equations(x, a),
+        x,
+        method="df-sane",
+        jac=False,
+        optimizer_kwargs={"options": options},
+    )
+    with pytest.raises(ValueError, match=error):
+        pytensor.function([x, a], solution, mode=mode)(DF_SANE_START, DF_SANE_A)
+
+
+def test_df_sane_with_a_callable_option_runs_scipy_in_object_mode():
+    x, a = pt.vector("x"), pt.scalar("a")
+    solution, success = root(
+        _df_sane_equations(x, a),
+        x,
+        method="df-sane",
+        jac=False,
+        optimizer_kwargs={"options": {"fnorm": np.linalg.norm}},
+    )
+    with pytest.warns(ObjectModeFallbackWarning, match=r"df-sane.*fnorm"):
+        fn = pytensor.function([x, a], [solution, success], mode="NUMBA")
+    expected = pytensor.function([x, a], [solution, success], mode=REFERENCE_MODE)
+    for got, want in zip(
+        fn(DF_SANE_START, DF_SANE_A), expected(DF_SANE_START, DF_SANE_A), strict=True
+    ):
+        np.testing.assert_allclose(got, want)

@@ -499,6 +499,20 @@ for _method in ("trust-exact", "trust-krylov", "trust-ncg", "dogleg"):
     )
 
 
+def _first_order_case(method: str) -> CaseGraph:
+    """``minimize(method=...)`` on the op's gradient alone, for scipy's constrained methods run
+    without constraints."""
+    x, a = pt.vector("x"), pt.vector("a")
+    solved = minimize(_quartic_objective(x, a), x, method=method, optimizer_kwargs={"tol": 1e-10})
+    return _solver_case(x, a, solved, [np.zeros(3), [0.5, -1.0, 2.0]])
+
+
+for _method in ("SLSQP", "trust-constr"):
+    register_case("optimize", name=f"minimize_{_method.lower().replace('-', '_')}_grad")(
+        partial(_first_order_case, _method)
+    )
+
+
 @register_case("optimize")
 def case_root_grad() -> CaseGraph:
     x, a = pt.vector("x"), pt.vector("a")

@@ -19,6 +19,8 @@ from gpubackend.conformance.arguments import (
 from gpubackend.conformance.backends import BACKENDS, backend_device_pairs
 from gpubackend.conformance.differential import DEFAULT_MODES, DIFFERENTIAL_MODES, mode_device_pairs
 from gpubackend.conformance.differential_reports import run_differential_and_report
+from gpubackend.conformance.optimize_graphs import select_methods
+from gpubackend.conformance.optimize_reports import run_optimize_and_report
 from gpubackend.conformance.reports import (
     ReportsNotWrittenError,
     merge_reports,
@@ -93,6 +95,36 @@ def _run_parser() -> argparse.ArgumentParser:
         "failures without making the exit status non-zero",
     )
     parser.add_argument(
+        "--generated-optimize",
+        type=count,
+        default=0,
+        metavar="N",
+        help="also run N generated optimize graphs (minimize, root, minimize_scalar, root_scalar, "
+        "spread over every method scipy knows) differentially, each mode against FAST_COMPILE; "
+        "prints JAX refusals and NUMBA object-mode fallbacks per method; "
+        "writes optimize_differential.{json,md}",
+    )
+    parser.add_argument(
+        "--optimize-methods",
+        nargs="+",
+        default=None,
+        metavar="PATTERN",
+        help="only the methods whose 'kind:method' contains a pattern, e.g. 'minimize:bfgs' or "
+        "'root:'",
+    )
+    parser.add_argument(
+        "--optimize-modes",
+        nargs="+",
+        default=list(DEFAULT_MODES),
+        choices=sorted(DIFFERENTIAL_MODES),
+        help="the modes the optimize graphs run on (as --while-modes)",
+    )
+    parser.add_argument(
+        "--optimize-report-only",
+        action="store_true",
+        help="report the optimize differential's failures without making the exit status non-zero",
+    )
+    parser.add_argument(
         "--stock-superset",
         type=int,
         default=0,
@@ -126,10 +158,15 @@ def _merge(argv: list[str], console: Console) -> int:
 def _check_run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """What the arguments ask for together runs something (each alone is checked by its type=)."""
     runs_suite = not args.no_catalogue or args.generated
-    if not runs_suite and not args.generated_while and not args.stock_superset:
+    if (
+        not runs_suite
+        and not args.generated_while
+        and not args.generated_optimize
+        and not args.stock_superset
+    ):
         parser.error(
-            "--no-catalogue with none of --generated N, --generated-while N or --stock-superset N "
-            "runs nothing"
+            "--no-catalogue with none of --generated N, --generated-while N, "
+            "--generated-optimize N or --stock-superset N runs nothing"
         )
     devices = " ".join(args.device)
     try:
@@ -138,11 +175,16 @@ def _check_run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
                 f"--backend {' '.join(args.backend)} has nothing to run on --device {devices}: "
                 "numba runs on the host, so add --device cpu, or add a JAX backend"
             )
-        if args.generated_while and not mode_device_pairs(args.while_modes, args.device):
-            parser.error(
-                f"--while-modes {' '.join(args.while_modes)} has nothing to run on --device "
-                f"{devices}: numba runs on the host, so add --device cpu, or add a JAX mode"
-            )
+        for option, wanted, modes in (
+            ("--while-modes", args.generated_while, args.while_modes),
+            ("--optimize-modes", args.generated_optimize, args.optimize_modes),
+        ):
+            if wanted and not mode_device_pairs(modes, args.device):
+                parser.error(
+                    f"{option} {' '.join(modes)} has nothing to run on --device {devices}: "
+                    "numba runs on the host, so add --device cpu, or add a JAX mode"
+                )
+        select_methods(args.optimize_methods)
     except (DeviceNotFoundError, ValueError) as error:
         parser.error(str(error))
 
@@ -174,6 +216,19 @@ def _run(argv: list[str], console: Console) -> int:
             progress=not args.no_progress,
         )
         if report.failed and not args.while_report_only:
+            status = 1
+    if args.generated_optimize:
+        optimize = run_optimize_and_report(
+            args.generated_optimize,
+            args.optimize_modes,
+            args.device,
+            args.out,
+            methods=args.optimize_methods,
+            label=args.label,
+            console=console,
+            progress=not args.no_progress,
+        )
+        if optimize.failed and not args.optimize_report_only:
             status = 1
     if args.stock_superset:
         superset = run_stock_superset_and_report(

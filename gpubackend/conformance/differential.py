@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import pytensor
@@ -243,7 +243,19 @@ def _compile_and_call_each(compile_fn: Callable[[], Callable], graph: WhileGraph
     return _call_each(fn, graph)
 
 
-def _pytensor_function(graph: WhileGraph, mode: Mode | str) -> Callable:
+class CompilableGraph(Protocol):
+    """What a mode compiles: a `WhileGraph`, or a generated optimize graph
+    (`optimize_differential`)."""
+
+    @property
+    def inputs(self) -> list: ...
+    @property
+    def outputs(self) -> list: ...
+    @property
+    def updates(self) -> dict: ...
+
+
+def _pytensor_function(graph: CompilableGraph, mode: Mode | str) -> Callable:
     return pytensor.function(
         graph.inputs, graph.outputs, updates=graph.updates, mode=mode, on_unused_input="ignore"
     )
@@ -291,16 +303,22 @@ def _truth_outcome(spec: WhileGraphSpec, values: dict[str, np.ndarray]) -> Outco
 # --- The modes under test -------------------------------------------------------------------------
 
 
+def _nothing_missing() -> str:
+    return ""
+
+
 @dataclass(frozen=True)
 class DifferentialMode:
     name: str
     description: str
     host_only: bool
-    compile: Callable[[WhileGraph, str], Callable]
+    compile: Callable[[CompilableGraph, str], Callable]
     """``(graph, device) -> fn``: ``fn(*arguments)`` returns the outputs."""
     device_scope: Callable[[str], AbstractContextManager]
     not_applicable: Callable[[WhileGraphSpec], str]
     """Why the mode does not take this spec by design, or ``""``."""
+    missing: Callable[[], str] = _nothing_missing
+    """Why the mode cannot run here at all (a package it needs is not installed), or ``""``."""
 
 
 def _takes_every_spec(spec: WhileGraphSpec) -> str:
@@ -319,7 +337,7 @@ def _backend_mode(name: str, description: str) -> DifferentialMode:
     )
 
 
-def _compile_jaxified(graph: WhileGraph, device: str) -> Callable:
+def _compile_jaxified(graph: CompilableGraph, device: str) -> Callable:
     import jax
     from pymc.sampling.jax import get_jaxified_graph
 
@@ -331,9 +349,13 @@ def _jaxified_scope(device: str) -> AbstractContextManager:
     return BACKENDS["jax-registered"].device_scope(device)
 
 
-def _jaxified_not_applicable(spec: WhileGraphSpec) -> str:
+def _pymc_missing() -> str:
     if importlib.util.find_spec("pymc") is None:
         return "PyMC is not installed (pip install pymc): get_jaxified_graph is PyMC's"
+    return ""
+
+
+def _jaxified_not_applicable(spec: WhileGraphSpec) -> str:
     if spec.loop.rng:
         return (
             "get_jaxified_graph refuses shared random generators "
@@ -354,6 +376,7 @@ DIFFERENTIAL_MODES: dict[str, DifferentialMode] = {
             _compile_jaxified,
             _jaxified_scope,
             _jaxified_not_applicable,
+            _pymc_missing,
         ),
         _backend_mode("numba", 'mode="NUMBA"'),
         _backend_mode(
@@ -366,7 +389,7 @@ DEFAULT_MODES = ("jax", "jax-registered", "jaxified", "numba")
 
 def observe_mode(mode_name: str, device: str, spec: WhileGraphSpec) -> Observation:
     mode = DIFFERENTIAL_MODES[mode_name]
-    if reason := mode.not_applicable(spec):
+    if reason := mode.missing() or mode.not_applicable(spec):
         return Observation(not_applicable=reason)
     try:
         graph = while_graph(spec)
@@ -485,27 +508,73 @@ class SpecResult:
 
 
 @dataclass
-class DifferentialReport:
+class VerdictReport:
+    """What a differential run found: per spec, a result (``name``, ``invalid``: no reference) with
+    a verdict per column (mode @ device)."""
+
     environment: dict[str, Any]
     columns: list[str]
-    results: list[SpecResult] = field(default_factory=list)
+    results: list = field(default_factory=list)
     seconds: float = 0.0
+    statuses: ClassVar[tuple[str, ...]] = STATUSES
+    failing: ClassVar[tuple[str, ...]] = FAILING
 
-    def counts(self) -> dict[str, dict[str, dict[str, int]]]:
-        """Per class, per column, per status: how many specs."""
+    @property
+    def invalid(self) -> list:
+        return [result for result in self.results if result.invalid]
+
+    @property
+    def failed(self) -> bool:
+        """A failing verdict, or a spec without a reference (the generator's fault)."""
+        return bool(self.invalid) or any(
+            verdict.status in self.failing
+            for result in self.results
+            for verdict in result.verdicts.values()
+        )
+
+    def tallies(self, result: Any) -> Iterator[tuple[str, str]]:
+        """What `counts_by` counts of ``result``: (column, its verdict's status) per column."""
+        return ((column, verdict.status) for column, verdict in result.verdicts.items())
+
+    def counts_by(self, group: Callable[[Any], str]) -> dict[str, dict[str, dict[str, int]]]:
+        """Per ``group(result)``, per column, per status (`tallies`): how many specs with a
+        reference."""
         counts: dict[str, dict[str, Counter]] = {}
         for result in self.results:
             if result.invalid:
                 continue
             per_column = counts.setdefault(
-                result.case_class, {column: Counter() for column in self.columns}
+                group(result), {column: Counter() for column in self.columns}
             )
-            for column, verdict in result.verdicts.items():
-                per_column[column][verdict.status] += 1
+            for column, tally in self.tallies(result):
+                per_column[column][tally] += 1
         return {
-            case_class: {column: dict(counter) for column, counter in per_column.items()}
-            for case_class, per_column in counts.items()
+            name: {column: dict(counter) for column, counter in per_column.items()}
+            for name, per_column in counts.items()
         }
+
+    def summary(self) -> dict[str, Any]:
+        """The counts the JSON report holds before every result."""
+        return {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "environment": self.environment,
+            "seconds": self.seconds,
+            "columns": self.columns,
+            "statuses": list(self.statuses),
+            **self.summary(),
+            "results": [asdict(result) for result in self.results],
+        }
+
+
+@dataclass
+class DifferentialReport(VerdictReport):
+    results: list[SpecResult] = field(default_factory=list)
+
+    def counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Per class, per column, per status: how many specs."""
+        return self.counts_by(lambda result: result.case_class)
 
     def totals(self) -> dict[str, dict[str, int]]:
         totals: dict[str, Counter[str]] = {column: Counter() for column in self.columns}
@@ -514,30 +583,8 @@ class DifferentialReport:
                 totals[column][verdict.status] += 1
         return {column: dict(counter) for column, counter in totals.items()}
 
-    @property
-    def invalid(self) -> list[SpecResult]:
-        return [result for result in self.results if result.invalid]
-
-    @property
-    def failed(self) -> bool:
-        """A failing verdict, or a spec without a reference (the generator's fault)."""
-        return bool(self.invalid) or any(
-            verdict.status in FAILING
-            for result in self.results
-            for verdict in result.verdicts.values()
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "environment": self.environment,
-            "seconds": self.seconds,
-            "columns": self.columns,
-            "statuses": list(STATUSES),
-            "counts": self.counts(),
-            "totals": self.totals(),
-            "upstream_bugs": UPSTREAM_BUGS,
-            "results": [asdict(result) for result in self.results],
-        }
+    def summary(self) -> dict[str, Any]:
+        return {"counts": self.counts(), "totals": self.totals(), "upstream_bugs": UPSTREAM_BUGS}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> DifferentialReport:
@@ -590,6 +637,61 @@ def _chunks(items: Sequence, size: int) -> list[tuple[int, Sequence]]:
     return [(start, items[start : start + size]) for start in range(0, len(items), size)]
 
 
+Stream = tuple[str, Callable[[Any], Any], Callable[[Any, int, str], Any]]
+"""A stream of observations: its name, what a worker runs per spec, and what a worker's death
+gives."""
+
+
+def run_streams(specs: Sequence, streams: Sequence[Stream], progress: bool) -> dict[str, list]:
+    """Every stream over every spec, in chunks of worker processes side by side: per stream, one
+    observation per spec."""
+    # NUMBA compiles for seconds where JAX traces in milliseconds: its chunks start first.
+    tasks = [(stream, start, chunk) for stream in streams for start, chunk in _chunks(specs, CHUNK)]
+    tasks.sort(key=lambda task: not task[0][0].startswith("numba"))
+    seen: dict[str, list] = {name: [None] * len(specs) for name, _, _ in streams}
+    with progress_display(progress, len(specs) * len(streams)) as advance:
+
+        def run_task(stream: Stream, start: int, chunk: Sequence) -> None:
+            name, observe, on_crash = stream
+            observations = run_in_workers(
+                chunk, observe, on_crash, lambda observation: advance(name)
+            )
+            seen[name][start : start + len(observations)] = observations
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            for future in [pool.submit(run_task, *task) for task in tasks]:
+                future.result()
+    return seen
+
+
+def run_against_reference[Report: VerdictReport](
+    specs: Sequence,
+    report: Report,
+    pairs: Sequence[tuple[str, str]],
+    reference: Stream,
+    observe: Callable[[str, str, Any], Any],
+    on_crash: Callable[[Any, int, str], Any],
+    judge: Callable[[int, Any, Any, dict[str, Any]], Any],
+    progress: bool,
+) -> Report:
+    """Every spec on the ``reference`` stream and, through ``observe(mode, device, spec)``, on
+    every (mode, device) pair of ``report``'s columns, in worker processes; then one result per
+    spec, ``judge(index, spec, reference's observation, observations by column)``, into
+    ``report``."""
+    started = time.perf_counter()
+    streams = [reference]
+    streams += [
+        (column, partial(observe, *pair), on_crash)
+        for column, pair in zip(report.columns, pairs, strict=True)
+    ]
+    seen = run_streams(specs, streams, progress)
+    for index, spec in enumerate(specs):
+        observations = {column: seen[column][index] for column in report.columns}
+        report.results.append(judge(index, spec, seen[reference[0]][index], observations))
+    report.seconds = round(time.perf_counter() - started, 1)
+    return report
+
+
 def run_differential(
     specs: Sequence[WhileGraphSpec],
     modes: Sequence[str] = DEFAULT_MODES,
@@ -603,42 +705,18 @@ def run_differential(
     A spec that kills a mode's worker is that mode's `crash`; one that kills
     the reference's has no reference (``invalid``).
     """
-    started = time.perf_counter()
     pairs = mode_device_pairs(modes, devices)
-    columns = [column_name(mode, device) for mode, device in pairs]
-    # Per stream: its name, what a worker runs per spec, and what a worker's death gives.
-    streams: list[
-        tuple[str, Callable[[WhileGraphSpec], Any], Callable[[WhileGraphSpec, int, str], Any]]
-    ]
-    streams = [("reference", observe_reference, _reference_crash)]
-    streams += [
-        (column, partial(observe_mode, *pair), _mode_crash)
-        for column, pair in zip(columns, pairs, strict=True)
-    ]
-    # NUMBA compiles for seconds where JAX traces in milliseconds: its chunks start first.
-    tasks = [(stream, start, chunk) for stream in streams for start, chunk in _chunks(specs, CHUNK)]
-    tasks.sort(key=lambda task: not task[0][0].startswith("numba"))
-    seen: dict[str, list] = {name: [None] * len(specs) for name, _, _ in streams}
-    with progress_display(progress, len(specs) * len(streams)) as advance:
-
-        def run_task(stream: tuple[str, Callable, Callable], start: int, chunk: Sequence) -> None:
-            name, observe, on_crash = stream
-            observations = run_in_workers(
-                chunk, observe, on_crash, lambda observation: advance(name)
-            )
-            seen[name][start : start + len(observations)] = observations
-
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            for future in [pool.submit(run_task, *task) for task in tasks]:
-                future.result()
-    report = DifferentialReport(environment(devices, label), columns)
-    for index, spec in enumerate(specs):
-        observations = {column: seen[column][index] for column in columns}
-        report.results.append(
-            spec_result(spec_name(spec, index), spec, seen["reference"][index], observations)
-        )
-    report.seconds = round(time.perf_counter() - started, 1)
-    return report
+    report = DifferentialReport(environment(devices, label), [column_name(*p) for p in pairs])
+    return run_against_reference(
+        specs,
+        report,
+        pairs,
+        ("reference", observe_reference, _reference_crash),
+        observe_mode,
+        _mode_crash,
+        lambda index, spec, oracles, seen: spec_result(spec_name(spec, index), spec, oracles, seen),
+        progress,
+    )
 
 
 def _reference_crash(spec: WhileGraphSpec, returncode: int, log_tail: str) -> ReferenceObservation:

@@ -4,19 +4,19 @@ verdict (JSON)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from gpubackend.conformance.differential import (
-    FAILING,
     PASS,
     STATUSES,
     DifferentialReport,
-    SpecResult,
+    VerdictReport,
     run_differential,
 )
 from gpubackend.conformance.reports import (
@@ -73,7 +73,7 @@ def _rows(report: DifferentialReport) -> list[tuple[str, list[str]]]:
     return rows
 
 
-def _graph_counts(report: DifferentialReport) -> str:
+def graph_counts(report: VerdictReport) -> str:
     valid = len(report.results) - len(report.invalid)
     return f"{valid} graphs ({len(report.invalid)} without a reference), {report.seconds:.0f} s"
 
@@ -100,7 +100,7 @@ def counts_tables(report: DifferentialReport) -> list[Table]:
     return tables
 
 
-def _not_passing(report: DifferentialReport) -> list[tuple[SpecResult, str, str, str]]:
+def not_passing(report: VerdictReport) -> list[tuple[Any, str, str, str]]:
     """(result, column, status, detail) of every verdict other than pass, failures first."""
     lines = [
         (result, column, verdict.status, verdict.detail)
@@ -108,41 +108,92 @@ def _not_passing(report: DifferentialReport) -> list[tuple[SpecResult, str, str,
         for column, verdict in result.verdicts.items()
         if verdict.status != PASS
     ]
-    return sorted(lines, key=lambda line: line[2] not in FAILING)
+    return sorted(lines, key=lambda line: line[2] not in report.failing)
 
 
 def to_markdown(report: DifferentialReport) -> str:
     lines = ["# gpubackend while-Scan differential", ""]
     lines += [f"- {line}" for line in environment_lines(report.environment)]
-    lines += [f"- {_graph_counts(report)}", "", "| class | " + " | ".join(report.columns) + " |"]
+    lines += [f"- {graph_counts(report)}", "", "| class | " + " | ".join(report.columns) + " |"]
     lines.append("|---|" + "---|" * len(report.columns))
     lines += [
         f"| {case_class} | " + " | ".join(cells) + " |" for case_class, cells in _rows(report)
     ]
     lines += ["", LEGEND, "", "## Upstream PyTensor bugs the oracles tell apart", ""]
     lines += [f"- `{key}`: {text}" for key, text in UPSTREAM_BUGS.items()]
+    lines += markdown_findings(
+        report, lambda result: f"{result.name}** ({result.family})", "expected per call"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def markdown_findings(
+    report: VerdictReport, title: Callable[[Any], str], expected: str
+) -> list[str]:
+    """The Markdown report's sections listing the specs without a reference and every verdict but
+    a pass, each with its spec; ``title(result)`` names a result (after the opening ``**``)."""
+    lines = []
     if report.invalid:
         lines += ["", "## Graphs without a reference", ""]
         lines += [
             f"- **{result.name}** `{result.spec}`: {result.invalid}" for result in report.invalid
         ]
-    not_passing = _not_passing(report)
-    if not_passing:
+    listed = not_passing(report)
+    if listed:
         lines += ["", "## Not passing", ""]
-        for result, column, status, detail in not_passing:
-            lines.append(f"- **{result.name}** ({result.family}) on {column}: {status} — {detail}")
-            lines.append(f"  expected per call: {result.expected}; spec: `{result.spec}`")
-    return "\n".join(lines) + "\n"
+        for result, column, status, detail in listed:
+            lines.append(f"- **{title(result)} on {column}: {status} — {detail}")
+            lines.append(f"  {expected}: {result.expected}; spec: `{result.spec}`")
+    return lines
+
+
+def write_json_and_markdown(
+    data: dict[str, Any], markdown: str, out_dir: str | Path, basename: str
+) -> dict[str, Path]:
+    """Write DIR/BASENAME.{json,md}; return the paths by format."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / f"{basename}.json", "md": out / f"{basename}.md"}
+    paths["json"].write_text(json.dumps(data, indent=2, default=str))
+    paths["md"].write_text(markdown)
+    return paths
 
 
 def write_differential_reports(report: DifferentialReport, out_dir: str | Path) -> dict[str, Path]:
     """Write DIR/while_scan_differential.{json,md}; return the paths by format."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / f"{BASENAME}.json", "md": out / f"{BASENAME}.md"}
-    paths["json"].write_text(json.dumps(report.to_json(), indent=2, default=str))
-    paths["md"].write_text(to_markdown(report))
-    return paths
+    return write_json_and_markdown(report.to_json(), to_markdown(report), out_dir, BASENAME)
+
+
+def print_failures(report: VerdictReport, console: Console) -> None:
+    """The specs without a reference, and the first `SHOWN_FAILURES` failing verdicts."""
+    for result in report.invalid:
+        console.print(f"  [red]no reference[/red] {escape(result.name)}: {escape(result.invalid)}")
+    failing = [line for line in not_passing(report) if line[2] in report.failing]
+    for result, column, status, detail in failing[:SHOWN_FAILURES]:
+        console.print(f"  [red]{status}[/red] {escape(f'{result.name} on {column}: {detail}')}")
+    if len(failing) > SHOWN_FAILURES:
+        console.print(f"  ... {len(failing) - SHOWN_FAILURES} more failing verdicts")
+
+
+def write_and_summarise[Report: VerdictReport](
+    report: Report,
+    write: Callable[[Report, str | Path], dict[str, Path]],
+    summarise: Callable[[Report, dict[str, Path], Console], None],
+    out_dir: str | Path,
+    basename: str,
+    console: Console | None,
+) -> Report:
+    """Write the reports and print the summary; when they cannot be written, print the summary all
+    the same and raise `ReportsNotWrittenError`, which names the temporary file the results were
+    saved to."""
+    console = console or Console(stderr=True, soft_wrap=True)
+    try:
+        paths = write_or_save(lambda: write(report, out_dir), report.to_json, out_dir, basename)
+    except ReportsNotWrittenError as error:
+        summarise(report, {"json": error.saved}, console)
+        raise
+    summarise(report, paths, console)
+    return report
 
 
 def print_differential_summary(
@@ -150,17 +201,11 @@ def print_differential_summary(
 ) -> None:
     """The counts per mode, the first failing verdicts, and where the reports (with every verdict)
     are."""
-    console.print(f"[bold]while-Scan differential[/bold]: {_graph_counts(report)}")
+    console.print(f"[bold]while-Scan differential[/bold]: {graph_counts(report)}")
     for table in counts_tables(report):
         console.print(table)
     console.print(escape(LEGEND), highlight=False)
-    for result in report.invalid:
-        console.print(f"  [red]no reference[/red] {escape(result.name)}: {escape(result.invalid)}")
-    failing = [line for line in _not_passing(report) if line[2] in FAILING]
-    for result, column, status, detail in failing[:SHOWN_FAILURES]:
-        console.print(f"  [red]{status}[/red] {escape(f'{result.name} on {column}: {detail}')}")
-    if len(failing) > SHOWN_FAILURES:
-        console.print(f"  ... {len(failing) - SHOWN_FAILURES} more failing verdicts")
+    print_failures(report, console)
     console.print(
         "every verdict that is not a pass, refusals and "
         f"upstream bugs included, is in {paths.get('md', paths['json'])}"
@@ -186,13 +231,6 @@ def run_differential_and_report(
     report = run_differential(
         draw_while_specs(count), modes, devices, label=label, progress=progress
     )
-    console = console or Console(stderr=True, soft_wrap=True)
-    try:
-        paths = write_or_save(
-            lambda: write_differential_reports(report, out_dir), report.to_json, out_dir, BASENAME
-        )
-    except ReportsNotWrittenError as error:
-        print_differential_summary(report, {"json": error.saved}, console)
-        raise
-    print_differential_summary(report, paths, console)
-    return report
+    return write_and_summarise(
+        report, write_differential_reports, print_differential_summary, out_dir, BASENAME, console
+    )

@@ -5,7 +5,7 @@ functions (``numba.njit(minimize_maxiter)``, `gpubackend.solvers`) and the JAX l
 at trace time: the rule lives here once.
 """
 
-from gpubackend.scipy_options.settings import MINPACK_DEFAULT, SIZE_DEPENDENT, UNLIMITED
+from gpubackend.scipy_options.settings import MINPACK_DEFAULT, SIZE_DEPENDENT, UNTIL_CONVERGED
 
 
 def minimize_maxiter(maxiter: int, n: int) -> int:
@@ -23,4 +23,24 @@ def nonlin_maxiter(maxiter: int, nit: int, n: int) -> int:
     ``nit`` (``nonlin_solve``)."""
     if maxiter != SIZE_DEPENDENT:
         return maxiter
-    return 100 * (n + 1) if nit == UNLIMITED else nit + 1
+    return 100 * (n + 1) if nit == UNTIL_CONVERGED else nit + 1
+
+
+NELDER_MEAD_PER_VARIABLE = 200
+"""Nelder-Mead's default budgets: ``200 * len(x0)`` iterations and evaluations."""
+
+UNLIMITED = 2**31 - 1
+"""A budget scipy leaves at ``np.inf``: more than any solve can spend, and an int32 still."""
+
+
+def direct_search_budgets(maxiter: int, maxfev: int, n: int, per_variable: int) -> tuple[int, int]:
+    """``(maxiter, maxfev)`` of Nelder-Mead (``per_variable`` 200) and Powell (1000), as scipy sets
+    them: both `SIZE_DEPENDENT` are ``per_variable * n`` each; one set leaves the other unlimited.
+    """
+    if maxiter == SIZE_DEPENDENT and maxfev == SIZE_DEPENDENT:
+        return per_variable * n, per_variable * n
+    if maxiter == SIZE_DEPENDENT:
+        return UNLIMITED, maxfev
+    if maxfev == SIZE_DEPENDENT:
+        return maxiter, UNLIMITED
+    return maxiter, maxfev

@@ -11,9 +11,9 @@ lowering on either backend.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from pytensor.tensor.optimize import MinimizeOp, MinimizeScalarOp, RootOp, RootScalarOp
 
@@ -55,8 +55,16 @@ class ScipyMethod:
     """The op input scipy refuses for this method."""
     needs_hessian: bool = False
     """scipy refuses the method without ``hess`` (PyTensor's ``minimize(..., hess=True)``)."""
+    needs_gradient: bool = False
+    """scipy refuses the method without ``jac`` (PyTensor's ``minimize(..., jac=True)``)."""
     lacks: frozenset[str] = frozenset()
     """Fields of the settings family that this method does not take (they keep their default)."""
+    refusal: Callable[[Any], str | None] | None = None
+    """What scipy refuses in the resolved settings (a reason, or None), checked when an op is
+    lowered on either backend."""
+    choices: Mapping[str, Mapping[object, str]] = field(default_factory=dict)
+    """The values scipy accepts for an option that takes one of a few (``None`` among them, for
+    some), and how the settings spell each; any other is scipy's ``ValueError``."""
     jax: JaxSupport | None = None
     """How the JAX lowering runs it; None: it refuses the method."""
     numba: NumbaSupport | None = None
@@ -101,6 +109,11 @@ _JAX_TRUST_REGION = JaxSupport(
     frozenset({"gtol", "maxiter", "initial_trust_radius", "max_trust_radius", "eta"})
 )
 _NOT_KRYLOV = frozenset({"inexact"})
+_INTERIOR_POINT = frozenset({"bounds"})
+"""trust-constr with bounds runs scipy's interior-point method, which has no native version."""
+_JAX_TRUST_CONSTR = JaxSupport(frozenset(s.TrustConstrSettings._fields) - _INTERIOR_POINT)
+_DF_SANE_CALLABLES = frozenset({"fnorm", "eta_strategy"})
+_DF_SANE_NUMERIC = frozenset(s.DFSaneSettings._fields) - _DF_SANE_CALLABLES
 
 _NATIVE_BRACKETING = frozenset({"bisect", "brentq"})
 _BRACKETING_ROOT = tuple(
@@ -124,6 +137,7 @@ _NONLIN_SOLVE = tuple(
         s.NonlinSettings(jac_options=jacobian),
         ("xtol",),
         tol_clears=("xatol", "ftol", "fatol"),
+        choices=s.NONLIN_CHOICES,
         jax=JaxSupport(frozenset(s.NonlinSettings._fields)),
         numba=_NATIVE,
     )
@@ -154,12 +168,43 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 jax=JaxSupport(frozenset({"ftol", "gtol", "maxiter", "maxfun", "maxcor"})),
                 numba=_NATIVE_WITH_JAC,
             ),
-            ScipyMethod("Newton-CG", s.NewtonCGSettings(), ("xtol",), numba=_NATIVE_WITH_HESS),
+            ScipyMethod(
+                "SLSQP",
+                s.SLSQPSettings(),
+                ("ftol",),
+                jax=JaxSupport(frozenset({"ftol", "maxiter", "eps", "bounds"})),
+                numba=_NATIVE_WITH_JAC,
+            ),
+            ScipyMethod(
+                "trust-constr",
+                s.TrustConstrSettings(),
+                ("xtol", "gtol", "barrier_tol"),
+                jax=_JAX_TRUST_CONSTR,
+                numba=NumbaSupport(("jac",), ignores=_INTERIOR_POINT),
+            ),
+            ScipyMethod(
+                "Newton-CG",
+                s.NewtonCGSettings(),
+                ("xtol",),
+                needs_gradient=True,
+                jax=JaxSupport(frozenset({"xtol", "maxiter", "c1", "c2"})),
+                numba=_NATIVE_WITH_HESS,
+            ),
+            ScipyMethod(
+                "Nelder-Mead",
+                s.NelderMeadSettings(),
+                ("xatol", "fatol"),
+                jax=JaxSupport(
+                    frozenset({"xatol", "fatol", "adaptive", "maxiter", "maxfev", "bounds"})
+                ),
+                numba=NumbaSupport(ignores=frozenset({"initial_simplex"})),
+            ),
             ScipyMethod(
                 "trust-krylov",
                 s.TrustRegionSettings(),
                 ("gtol",),
                 needs_hessian=True,
+                refusal=s.trust_region_refusal,
                 jax=_JAX_TRUST_REGION,
             ),
             *(
@@ -169,6 +214,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                     ("gtol",),
                     lacks=_NOT_KRYLOV,
                     needs_hessian=True,
+                    refusal=s.trust_region_refusal,
                     jax=_JAX_TRUST_REGION,
                     numba=_NATIVE_WITH_HESS,
                 )
@@ -199,6 +245,14 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 numba=_NATIVE_WITH_JAC,
             ),
             *_NONLIN_SOLVE,
+            ScipyMethod(
+                "df-sane",
+                s.DFSaneSettings(),
+                ("ftol",),
+                choices={"line_search": {"cruz": "cruz", "cheng": "cheng"}},
+                jax=JaxSupport(_DF_SANE_NUMERIC),
+                numba=NumbaSupport(ignores=_DF_SANE_CALLABLES),
+            ),
         ),
         frozenset(),
         scipy_names=frozenset(

@@ -11,6 +11,7 @@ the wrong kind, or an input scipy would refuse, is a `ValueError`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -19,7 +20,7 @@ from pytensor.tensor.optimize import ScipyWrapperOp
 
 from gpubackend.errors import UnsupportedMethod, UnsupportedOption
 from gpubackend.scipy_options.methods import OP_OPTIONS, OpOptions, ScipyMethod
-from gpubackend.scipy_options.settings import CHOICES, UNHONOURED_CHOICES
+from gpubackend.scipy_options.settings import UNHONOURED_CHOICES
 
 # Keyword arguments that change nothing about the answer (printing, history).
 _COSMETIC = frozenset({"disp", "return_all", "iprint"})
@@ -103,9 +104,10 @@ def resolve(op: ScipyWrapperOp) -> ResolvedOptions:
         name: _coerce(options.kind, method, name, value, getattr(method.defaults, name))
         for name, value in given.items()
     }
-    return ResolvedOptions(
-        options.kind, method, method.defaults._replace(**values), frozenset(values)
-    )
+    settings = method.defaults._replace(**values)
+    if method.refusal is not None and (reason := method.refusal(settings)):
+        raise ValueError(f"{options.kind}(method={method.name!r}): {reason}")
+    return ResolvedOptions(options.kind, method, settings, frozenset(values))
 
 
 def _check_inputs(kind: str, method: ScipyMethod, bound_inputs: tuple[str, ...]) -> None:
@@ -142,23 +144,27 @@ def _given_options(
             given.setdefault(target, tol)
         for target in method.tol_clears:
             given.setdefault(target, np.inf)
-    return {name: value for name, value in given.items() if _is_given(name, value)}
+    return {name: value for name, value in given.items() if _is_given(method, name, value)}
 
 
-def _is_given(name: str, value: Any) -> bool:
+def _is_given(method: ScipyMethod, name: str, value: Any) -> bool:
     """scipy reads an option's ``None`` as its default, except where ``None`` is one of the
     option's choices (``line_search=None``: no line search)."""
     if name in _COSMETIC:
         return False
-    return value is not None or None in CHOICES.get(name, {})
+    return value is not None or None in method.choices.get(name, {})
 
 
 def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any) -> Any:
     where = f"{kind}(method={method.name!r}) option {name!r}"
     if name == "bounds":
         return _box_bounds(where, value)
-    if name in CHOICES:
-        return _choice(where, name, value)
+    if default is None:
+        # A callable option (df-sane's ``fnorm``) or one no backend reads (Nelder-Mead's
+        # ``initial_simplex``): taken as given, the lowerings refuse it by name.
+        return value
+    if name in method.choices:
+        return _choice(where, method.choices[name], value)
     if hasattr(default, "_fields"):  # a nested family of options, given as a dict (jac_options)
         return _nested(kind, method, name, value, default)
     if isinstance(default, bool):
@@ -176,13 +182,12 @@ def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any)
         raise ValueError(f"{where} must be a number, got {value!r}") from None
 
 
-def _choice(where: str, name: str, value: Any) -> str:
-    choices = CHOICES[name]
+def _choice(where: str, choices: Mapping[object, str], value: Any) -> str:
     try:
         choice = choices[value]
     except (KeyError, TypeError):
         raise ValueError(f"{where} must be one of {list(choices)}, got {value!r}") from None
-    if choice in UNHONOURED_CHOICES.get(name, ()):
+    if choice in UNHONOURED_CHOICES:
         raise UnsupportedOption(f"{where}: {value!r} is not supported by gpubackend")
     return choice
 
@@ -202,7 +207,7 @@ def _nested(kind: str, method: ScipyMethod, name: str, value: Any, default: Name
         **{
             key: _coerce(kind, method, key, entry, getattr(default, key))
             for key, entry in value.items()
-            if _is_given(key, entry)
+            if _is_given(method, key, entry)
         }
     )
 

@@ -83,6 +83,68 @@ class TrustRegionSettings(NamedTuple):
     inexact: bool = True
 
 
+def trust_region_refusal(settings: TrustRegionSettings) -> str | None:
+    """What scipy's ``_minimize_trust_region`` refuses in ``settings`` before it evaluates
+    anything, or None."""
+    if not 0.0 <= settings.eta < 0.25:
+        return f"invalid acceptance stringency: eta must be in [0, 0.25), got {settings.eta}"
+    if settings.max_trust_radius <= 0.0:
+        return f"the max trust radius must be positive, got {settings.max_trust_radius}"
+    if settings.initial_trust_radius <= 0.0:
+        return f"the initial trust radius must be positive, got {settings.initial_trust_radius}"
+    if settings.initial_trust_radius >= settings.max_trust_radius:
+        return (
+            "the initial trust radius must be less than the max trust radius, got "
+            f"{settings.initial_trust_radius} >= {settings.max_trust_radius}"
+        )
+    return None
+
+
+class SLSQPSettings(NamedTuple):
+    """``minimize(method="SLSQP")`` without constraints: stop when ``|g's|``, the change of ``f`` or
+    the step's length is below ``ftol``; ``eps`` only sizes finite differences (the native solvers
+    use the op's gradient)."""
+
+    ftol: float = 1e-6
+    maxiter: int = 100
+    eps: float = SQRT_EPS
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
+
+
+class TrustConstrSettings(NamedTuple):
+    """``minimize(method="trust-constr")`` without constraints: stop when ``max|grad| < gtol`` or
+    the trust radius is below ``xtol``; ``maxiter`` counts the stopping tests, the first before
+    any step. The barrier options act only on inequality constraints and bounds."""
+
+    gtol: float = 1e-8
+    xtol: float = 1e-8
+    barrier_tol: float = 1e-8
+    maxiter: int = 1000
+    initial_tr_radius: float = 1.0
+    initial_constr_penalty: float = 1.0
+    initial_barrier_parameter: float = 0.1
+    initial_barrier_tolerance: float = 0.1
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
+
+
+class NelderMeadSettings(NamedTuple):
+    """``minimize(method="Nelder-Mead")``: stop when the simplex spans at most ``xatol`` and its
+    values at most ``fatol``; ``bounds`` clips every vertex, as scipy's does.
+
+    ``maxiter`` and ``maxfev`` left at their defaults are both ``200 * len(x0)``; one of them set
+    leaves the other unlimited (`budgets.direct_search_budgets`). ``initial_simplex`` is taken as
+    given (no backend reads it: the lowerings refuse it by name).
+    """
+
+    xatol: float = 1e-4
+    fatol: float = 1e-4
+    adaptive: bool = False
+    maxiter: int = SIZE_DEPENDENT
+    maxfev: int = SIZE_DEPENDENT
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
+    initial_simplex: object = None
+
+
 class HybrSettings(NamedTuple):
     """``root(method="hybr")`` (MINPACK hybrj): ``maxfev`` counts evaluations of the equations."""
 
@@ -100,6 +162,25 @@ class LMSettings(NamedTuple):
     gtol: float = 0.0
     maxiter: int = MINPACK_DEFAULT
     factor: float = 100.0
+
+
+class DFSaneSettings(NamedTuple):
+    """``root(method="df-sane")``: stop when ``|F| < ftol * |F(x0)| + fatol`` (2-norm); at most
+    ``maxfev`` evaluations of the equations, the first included.
+
+    ``line_search`` is ``"cruz"`` or ``"cheng"``. ``fnorm`` and ``eta_strategy`` are callables no
+    native solver runs: taken as given, refused by the lowerings.
+    """
+
+    ftol: float = 1e-8
+    fatol: float = 1e-300
+    maxfev: int = 1000
+    M: int = 10
+    sigma_eps: float = 1e-10
+    sigma_0: float = 1.0
+    line_search: str = "cruz"
+    fnorm: object = None
+    eta_strategy: object = None
 
 
 class BracketMinimizeSettings(NamedTuple):
@@ -177,7 +258,7 @@ NONLIN_JACOBIAN_OPTIONS = (
     | ExcitingMixingJacobianOptions
 )
 
-UNLIMITED = -1
+UNTIL_CONVERGED = -1
 """``nit`` left at scipy's default ``None``: iterate until the tolerances are met."""
 
 NONLIN_FATOL = float(_EPS ** (1.0 / 3.0))
@@ -194,7 +275,7 @@ class NonlinSettings(NamedTuple):
     is ``"armijo"``, ``"wolfe"`` or ``"none"`` (scipy's ``None``).
     """
 
-    nit: int = UNLIMITED
+    nit: int = UNTIL_CONVERGED
     maxiter: int = SIZE_DEPENDENT
     ftol: float = np.inf
     fatol: float = NONLIN_FATOL
@@ -204,7 +285,7 @@ class NonlinSettings(NamedTuple):
     jac_options: NONLIN_JACOBIAN_OPTIONS = MixingJacobianOptions()
 
 
-CHOICES: dict[str, dict[object, str]] = {
+NONLIN_CHOICES: dict[str, dict[object, str]] = {
     "line_search": {
         "armijo": "armijo",
         "wolfe": "wolfe",
@@ -214,10 +295,10 @@ CHOICES: dict[str, dict[object, str]] = {
     },
     "reduction_method": {"restart": "restart", "simple": "simple", "svd": "svd"},
 }
-"""Options that take one of a few scipy values (``None`` among them, for some), and how the
-settings spell each."""
+"""``nonlin_solve``'s options that take one of a few scipy values (``None`` among them), and how
+the settings spell each."""
 
-UNHONOURED_CHOICES: dict[str, frozenset[str]] = {"line_search": frozenset({"wolfe"})}
+UNHONOURED_CHOICES = frozenset({"wolfe"})
 """Choices scipy has that no backend runs (``nonlin_solve``'s finite-difference Wolfe search)."""
 
 BFGS = LineSearchSettings()

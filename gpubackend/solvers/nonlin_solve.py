@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 from pytensor.link.numba.dispatch.basic import numba_njit
 
-from gpubackend.scipy_options.settings import UNLIMITED
+from gpubackend.scipy_options.settings import UNTIL_CONVERGED
 from gpubackend.solvers import nonlin_maxiter
 from gpubackend.solvers.small_vectors import all_finite, max_abs, norm
 
@@ -43,7 +43,7 @@ def termination(settings, iteration, f0_norm, f, x, dx):
     f_norm = max_abs(f)
     if f_norm == 0.0:
         return CONVERGED
-    if settings.nit != UNLIMITED:
+    if settings.nit != UNTIL_CONVERGED:
         return EXHAUSTED if iteration > settings.nit else CONTINUE
     dx_norm = max_abs(dx)
     met = (

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 from pytensor.link.numba.dispatch.basic import numba_njit
 
+from gpubackend.solvers.box_bounds import clip, expand_bound
 from gpubackend.solvers.small_vectors import dot, max_abs, norm
 
 _ARMIJO = 1e-4
@@ -46,23 +47,6 @@ def _two_loop(q, s_hist, y_hist, rho, count, newest, alpha, r):
             r[j] += s_hist[i, j] * (alpha[i] - beta)
 
 
-@numba_njit(inline="always")
-def _clip(value, low, high):
-    # ufuncs on scalars: a NaN stays NaN, as with np.minimum/np.maximum on arrays.
-    return np.minimum(np.maximum(value, low), high)
-
-
-@numba_njit
-def _expand_bound(bound, n):
-    """A bound tuple of length ``n``, or length 1 broadcast to ``n``."""
-    if len(bound) != 1 and len(bound) != n:
-        raise ValueError("L-BFGS-B `bounds` must hold one (lower, upper) pair per element of x")
-    out = np.empty(n)
-    for i in range(n):
-        out[i] = bound[0] if len(bound) == 1 else bound[i]
-    return out
-
-
 def make_projected_lbfgs(fun: Callable) -> Callable:
     """``solve(x0, args, settings: LBFGSBSettings) -> (x, converged)``.
 
@@ -76,11 +60,11 @@ def make_projected_lbfgs(fun: Callable) -> Callable:
         maxiter, maxfun, maxls = settings.maxiter, settings.maxfun, settings.maxls
         lower, upper = settings.bounds
         n = x0.shape[0]
-        lo = _expand_bound(lower, n)
-        hi = _expand_bound(upper, n)
+        lo = expand_bound(lower, n)
+        hi = expand_bound(upper, n)
         x, x_new = np.empty(n), np.empty(n)
         for i in range(n):
-            x[i] = _clip(np.float64(x0[i]), lo[i], hi[i])
+            x[i] = clip(np.float64(x0[i]), lo[i], hi[i])
         f, g = fun(x, args)
         nfev = 1
         s_hist = np.zeros((maxcor, n))
@@ -92,7 +76,7 @@ def make_projected_lbfgs(fun: Callable) -> Callable:
         newest = maxcor - 1
         for _ in range(maxiter):
             for i in range(n):
-                direction[i] = _clip(x[i] - g[i], lo[i], hi[i]) - x[i]
+                direction[i] = clip(x[i] - g[i], lo[i], hi[i]) - x[i]
             if max_abs(direction) <= gtol:
                 return x, True
             for i in range(n):
@@ -110,7 +94,7 @@ def make_projected_lbfgs(fun: Callable) -> Callable:
             for _ in range(maxls):
                 decrease = 0.0
                 for i in range(n):
-                    x_new[i] = _clip(x[i] + step * direction[i], lo[i], hi[i])
+                    x_new[i] = clip(x[i] + step * direction[i], lo[i], hi[i])
                     decrease += g[i] * (x_new[i] - x[i])
                 f_new, g_new = fun(x_new, args)
                 nfev += 1

@@ -29,25 +29,11 @@ def _accept_any(hessian):
     """scipy's CG-Steihaug and dogleg subproblems look at the Hessian only when they solve."""
 
 
-@numba_njit
-def _refuse_bad_radii(settings):
-    """scipy's checks of the trust-region options, before it evaluates anything."""
-    if not 0.0 <= settings.eta < 0.25:
-        raise ValueError("invalid acceptance stringency: eta must be in [0, 0.25)")
-    if settings.max_trust_radius <= 0.0:
-        raise ValueError("the max trust radius must be positive")
-    if settings.initial_trust_radius <= 0.0:
-        raise ValueError("the initial trust radius must be positive")
-    if settings.initial_trust_radius >= settings.max_trust_radius:
-        raise ValueError("the initial trust radius must be less than the max trust radius")
-
-
 def make_trust_region_minimize(fun: Callable, subproblem: Callable, check_hessian: Callable):
     """``solve(x0, args, settings: TrustRegionSettings) -> (x, converged)``."""
 
     @numba_njit
     def solve(x0, args, settings):
-        _refuse_bad_radii(settings)
         gtol, radius = settings.gtol, settings.initial_trust_radius
         x = x0.astype(np.float64)
         maxiter = minimize_maxiter(settings.maxiter, x.shape[0])

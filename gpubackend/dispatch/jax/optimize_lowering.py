@@ -34,6 +34,7 @@ from pytensor.tensor.optimize import (
 
 from gpubackend.dispatch.jax import damped_newton
 from gpubackend.dispatch.jax.bracket import expand_bracket
+from gpubackend.dispatch.jax.df_sane import SpectralResidual
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.implicit import implicitly_differentiated, varying_like
 from gpubackend.dispatch.jax.index_checks import (
@@ -43,12 +44,16 @@ from gpubackend.dispatch.jax.index_checks import (
 )
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
 from gpubackend.dispatch.jax.lowering_context import lowering_context
+from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
+from gpubackend.dispatch.jax.newton_cg import GRADIENT_OPTION, ScipyNewtonCG
 from gpubackend.dispatch.jax.optimize_methods import (
     ScipyIterations,
     SolverChoice,
     solver_choice,
     solver_for_size,
 )
+from gpubackend.dispatch.jax.slsqp import SLSQP
+from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import DERIVATIVES_OPTION, ScipyTrustRegion
 from gpubackend.scipy_options import scipy_method
 
@@ -109,10 +114,17 @@ _UNTRACEABLE_IN_MESH = (
     optx.LBFGS,
     HybridPowell,
     MinpackLevenbergMarquardt,
+    SpectralResidual,
     optx.Newton,
     # equinox's loop starts its carry's "previous step ran" flag unvarying; a verdict that varies
     # over the mesh (scipy's, in the state) makes it varying.
     ScipyTrustRegion,
+    # Their objective, closure-converted by optimistix, refuses the tracers of its own gradient.
+    SLSQP,
+    TrustConstr,
+    ScipyNewtonCG,
+    # The objective, closure-converted by optimistix, refuses the vertices' mesh types.
+    ScipyNelderMead,
 )
 
 
@@ -180,16 +192,25 @@ def _as_vector(equations: Objective) -> Objective:
 
 
 def _own_derivatives(op: ScipyWrapperOp, outputs: Outputs) -> dict | None:
-    """The option that hands the second-order minimisers (`trust_region`) the op's own gradient and
-    Hessian (PyTensor's graphs, as scipy is given them), where it carries both (``hess=True``)."""
-    if not getattr(op, "hess", False):
+    """The options that hand the minimisers that read them (`newton_cg`, `trust_region`) a
+    minimize op's own gradient (``jac=True``) and Hessian (``hess=True``): PyTensor's graphs, as
+    scipy is given them."""
+    if not (isinstance(op, MinimizeOp) and op.jac):
         return None
 
-    def value_gradient_hessian(y, args):
-        f, gradient, hessian = outputs(y, args)[:3]
-        return f, gradient, hessian
+    def value_gradient(y, args):
+        f, gradient = outputs(y, args)[:2]
+        return f, gradient
 
-    return {DERIVATIVES_OPTION: value_gradient_hessian}
+    options = {GRADIENT_OPTION: value_gradient}
+    if op.hess:
+
+        def value_gradient_hessian(y, args):
+            f, gradient, hessian = outputs(y, args)[:3]
+            return f, gradient, hessian
+
+        options[DERIVATIVES_OPTION] = value_gradient_hessian
+    return options
 
 
 def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable, minimises: bool) -> Callable:

@@ -32,13 +32,18 @@ from pytensor.tensor.optimize import (
 
 from gpubackend.dispatch.jax import trust_subproblems
 from gpubackend.dispatch.jax.broyden import BroydenFirst, BroydenSecond
+from gpubackend.dispatch.jax.df_sane import SpectralResidual
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
+from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
+from gpubackend.dispatch.jax.newton_cg import ScipyNewtonCG
 from gpubackend.dispatch.jax.noise_aware_search import (
     ROUNDING_ULPS,
     NoiseAwareBFGS,
 )
 from gpubackend.dispatch.jax.nonlin_solve import InverseJacobian, NonlinSolve
+from gpubackend.dispatch.jax.slsqp import SLSQP
+from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import ScipyTrustRegion
 from gpubackend.dispatch.jax.trust_subproblems import Subproblem
 from gpubackend.scipy_options import (
@@ -51,11 +56,13 @@ from gpubackend.scipy_options import (
     resolve,
 )
 from gpubackend.scipy_options import settings as s
+from gpubackend.scipy_options.budgets import NELDER_MEAD_PER_VARIABLE, direct_search_budgets
 from gpubackend.scipy_options.methods import JaxSupport
 
 # optimistix's NelderMead is left out on purpose: on a smooth 3-variable
 # quadratic-plus-quartic it reports success at points that are not minima
-# (its start simplex collapses), which would be a silently wrong answer.
+# (its start simplex collapses), which would be a silently wrong answer;
+# `ScipyNelderMead` is scipy's instead.
 
 _BACKEND = "JAX (optimistix) lowering"
 
@@ -253,6 +260,22 @@ def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:
     return _iterations(solver, settings.maxiter, settings.maxfun)
 
 
+def _newton_cg(settings: s.NewtonCGSettings, n: int, dtype: str) -> SolverChoice:
+    maxiter = minimize_maxiter(settings.maxiter, n)
+    rtol, atol = _floored(dtype, settings.xtol, settings.xtol)
+    solver = ScipyNewtonCG(
+        xtol=settings.xtol,
+        c1=settings.c1,
+        c2=settings.c2,
+        max_iterations=maxiter,
+        rtol=rtol,
+        atol=atol,
+        norm=optx.max_norm,
+    )
+    # One step per scipy iteration; its maxiter=0 ends before the first.
+    return SolverChoice(solver, max(maxiter, 1))
+
+
 def _trust_region(subproblem: Subproblem) -> SolverBuilder:
     def build(settings: s.TrustRegionSettings, n: int, dtype: str) -> SolverChoice:
         maxiter = minimize_maxiter(settings.maxiter, n)
@@ -272,6 +295,63 @@ def _trust_region(subproblem: Subproblem) -> SolverBuilder:
         return SolverChoice(solver, max(maxiter, 1))
 
     return build
+
+
+def _slsqp(settings: s.SLSQPSettings, n: int, dtype: str) -> SolverChoice:
+    lower, upper = (np.asarray(bound, dtype=np.float64) for bound in settings.bounds)
+    if lower.size not in (1, n):
+        raise ValueError("minimize `bounds` must hold one (lower, upper) pair per element of x")
+    if np.any(lower > upper):
+        raise ValueError("An upper bound is less than the corresponding lower bound.")
+    rtol, atol = _floored(dtype, settings.ftol, settings.ftol)
+    solver = SLSQP(
+        ftol=settings.ftol,
+        lower=jnp.asarray(np.broadcast_to(lower, (n,))),
+        upper=jnp.asarray(np.broadcast_to(upper, (n,))),
+        rtol=rtol,
+        atol=atol,
+        max_iterations=settings.maxiter,
+        norm=optx.max_norm,
+    )
+    # One step per scipy iteration; the last one's verdict needs no step of its own.
+    return SolverChoice(solver, settings.maxiter + 1)
+
+
+def _trust_constr(settings: s.TrustConstrSettings, n: int, dtype: str) -> SolverChoice:
+    rtol, atol = _floored(dtype, settings.xtol, settings.gtol)
+    solver = TrustConstr(
+        gtol=settings.gtol,
+        xtol=settings.xtol,
+        initial_tr_radius=settings.initial_tr_radius,
+        initial_constr_penalty=settings.initial_constr_penalty,
+        rtol=rtol,
+        atol=atol,
+        max_iterations=settings.maxiter,
+        norm=optx.max_norm,
+    )
+    # One step per iteration; scipy's first stopping test comes before any.
+    return SolverChoice(solver, max(settings.maxiter, 1))
+
+
+def _nelder_mead(settings: s.NelderMeadSettings, n: int, dtype: str) -> SolverChoice:
+    maxiter, maxfev = direct_search_budgets(
+        settings.maxiter, settings.maxfev, n, NELDER_MEAD_PER_VARIABLE
+    )
+    lower, upper = settings.bounds
+    solver = ScipyNelderMead(
+        xatol=settings.xatol,
+        fatol=settings.fatol,
+        adaptive=settings.adaptive,
+        max_iterations=maxiter,
+        max_evaluations=maxfev,
+        lower=lower,
+        upper=upper,
+        rtol=settings.xatol,
+        atol=settings.fatol,
+        norm=optx.max_norm,
+    )
+    # Each step is one iteration and spends at least one evaluation.
+    return SolverChoice(solver, max(1, min(maxiter, maxfev)))
 
 
 def _hybr(settings: s.HybrSettings, n: int, dtype: str) -> SolverChoice:
@@ -320,6 +400,26 @@ def _nonlin_solve(jacobian: Callable[..., InverseJacobian]) -> SolverBuilder:
     return build
 
 
+def _df_sane(settings: s.DFSaneSettings, n: int, dtype: str) -> SolverChoice:
+    if settings.M < 1:
+        raise ValueError(f"root(method='df-sane') option 'M' must be at least 1, got {settings.M}")
+    # scipy works in float64; in a coarser dtype, ask no finer a relative residual than it resolves.
+    ftol = settings.ftol if np.dtype(dtype) == np.float64 else _floored(dtype, settings.ftol, 0)[0]
+    solver = SpectralResidual(
+        ftol=ftol,
+        fatol=settings.fatol,
+        sigma_eps=settings.sigma_eps,
+        sigma_0=settings.sigma_0,
+        maxfev=settings.maxfev,
+        memory=settings.M,
+        cheng=settings.line_search == "cheng",
+        rtol=ftol,
+        atol=settings.fatol,
+    )
+    # One step per iteration, each evaluating at least once; one more finds the budget spent.
+    return SolverChoice(solver, settings.maxfev + 1)
+
+
 def _golden_search(tolerance: float, maxiter: int, dtype: str) -> SolverChoice:
     rtol, atol = _floored(dtype, tolerance, tolerance * 1e-3)
     # ``norm`` is a ClassVar of the scalar solvers; mypy reads the parent's abstract field.
@@ -356,14 +456,19 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "bfgs"): _bfgs,
     (MinimizeOp, "cg"): _cg,
     (MinimizeOp, "l-bfgs-b"): _lbfgsb,
+    (MinimizeOp, "newton-cg"): _newton_cg,
     (MinimizeOp, "trust-exact"): _trust_region(trust_subproblems.exact),
     (MinimizeOp, "trust-krylov"): _trust_region(trust_subproblems.exact),
     (MinimizeOp, "trust-ncg"): _trust_region(trust_subproblems.steihaug_cg),
     (MinimizeOp, "dogleg"): _trust_region(trust_subproblems.dogleg),
+    (MinimizeOp, "slsqp"): _slsqp,
+    (MinimizeOp, "trust-constr"): _trust_constr,
+    (MinimizeOp, "nelder-mead"): _nelder_mead,
     (RootOp, "hybr"): _hybr,
     (RootOp, "lm"): _lm,
     (RootOp, "broyden1"): _nonlin_solve(BroydenFirst),
     (RootOp, "broyden2"): _nonlin_solve(BroydenSecond),
+    (RootOp, "df-sane"): _df_sane,
     (MinimizeScalarOp, "brent"): _bracket_minimize,
     (MinimizeScalarOp, "golden"): _bracket_minimize,
     (MinimizeScalarOp, "bounded"): _bounded_minimize,
@@ -406,6 +511,9 @@ def solver_for_size(op: ScipyWrapperOp, dtype: str) -> Callable[[int], SolverCho
             f"minimize(method={resolved.method.name!r}) needs the gradient and the Hessian, as "
             "scipy does: pass jac=True, hess=True"
         )
+    if resolved.method.needs_gradient and not op.jac:
+        # scipy's own error, which FAST_COMPILE raises on the first call.
+        raise ValueError(f"Jacobian is required for {resolved.method.name} method")
     resolved.refuse_unless_honoured(support.honours, _BACKEND)
     return lambda n_variables: build(resolved.settings, max(n_variables, 1), dtype)
 

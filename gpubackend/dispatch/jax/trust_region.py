@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import optimistix as optx
 
+from gpubackend.dispatch.jax.scipy_status import status_verdict
 from gpubackend.dispatch.jax.trust_subproblems import Subproblem
 
 DERIVATIVES_OPTION = "value_gradient_hessian"
@@ -33,6 +34,13 @@ DERIVATIVES_OPTION = "value_gradient_hessian"
 
 RUNNING, CONVERGED, OUT_OF_ITERATIONS, NO_PREDICTED_DECREASE, LINALG_ERROR = -1, 0, 1, 2, 3
 """The solve's status: scipy's ``warnflag`` once it ends."""
+
+
+def scipy_verdict(status: jax.Array) -> tuple[jax.Array, optx.RESULTS]:
+    """optimistix's ``terminate`` for a solve whose ``status`` is scipy's ``warnflag`` (or
+    `RUNNING`): any flag but converged and out of iterations is a failure."""
+    return status_verdict(status, RUNNING, status == CONVERGED, status == OUT_OF_ITERATIONS)
+
 
 Derivatives = Callable[[jax.Array, Any], tuple[jax.Array, jax.Array, jax.Array]]
 
@@ -139,17 +147,7 @@ class ScipyTrustRegion(optx.AbstractMinimiser):
         return jnp.where(accepted, trial, y), new_state, None
 
     def terminate(self, fn, y, args, options, state: _TrustRegionState, tags):
-        # optimistix goes on while the result is successful: so it is, too, while running.
-        result = optx.RESULTS.where(
-            (state.status == CONVERGED) | (state.status == RUNNING),
-            optx.RESULTS.successful,
-            optx.RESULTS.where(
-                state.status == OUT_OF_ITERATIONS,
-                optx.RESULTS.nonlinear_max_steps_reached,
-                optx.RESULTS.nonlinear_divergence,
-            ),
-        )
-        return state.status != RUNNING, result
+        return scipy_verdict(state.status)
 
     def postprocess(self, fn, y, aux, args, options, state, tags, result):
         return y, aux, {}

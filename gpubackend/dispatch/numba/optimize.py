@@ -53,13 +53,17 @@ from gpubackend.solvers.brent_minimize import make_brent_minimize
 from gpubackend.solvers.brentq import make_brentq
 from gpubackend.solvers.broyden import make_broyden1, make_broyden2
 from gpubackend.solvers.conjugate_gradient import make_conjugate_gradient
+from gpubackend.solvers.df_sane import make_df_sane
 from gpubackend.solvers.golden import make_golden
 from gpubackend.solvers.hybrid_powell import make_hybrid_powell
 from gpubackend.solvers.levenberg_marquardt import make_levenberg_marquardt
+from gpubackend.solvers.nelder_mead import make_nelder_mead
 from gpubackend.solvers.newton_cg import make_newton_cg
 from gpubackend.solvers.newton_scalar import make_newton_scalar
 from gpubackend.solvers.projected_lbfgs import make_projected_lbfgs
 from gpubackend.solvers.secant import make_secant
+from gpubackend.solvers.slsqp import make_slsqp
+from gpubackend.solvers.trust_constr import make_trust_constr, make_trust_constr_hessian
 from gpubackend.solvers.trust_region_minimize import (
     make_dogleg,
     make_trust_exact,
@@ -69,7 +73,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 22
+SOLVER_CACHE_VERSION = 31
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -83,14 +87,22 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Cal
     (MinimizeOp, "cg"): ((problem.VALUE_AND_GRADIENT,), make_conjugate_gradient),
     (MinimizeOp, "l-bfgs-b"): ((problem.VALUE_AND_GRADIENT,), make_projected_lbfgs),
     (MinimizeOp, "newton-cg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_newton_cg),
+    (MinimizeOp, "nelder-mead"): ((problem.VALUE,), make_nelder_mead),
     (MinimizeOp, "trust-exact"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_exact),
     (MinimizeOp, "trust-ncg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_ncg),
     (MinimizeOp, "dogleg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_dogleg),
+    (MinimizeOp, "slsqp"): ((problem.VALUE_AND_GRADIENT,), make_slsqp),
+    (MinimizeOp, "trust-constr"): ((problem.VALUE_AND_GRADIENT,), make_trust_constr),
+    (MinimizeOp, "trust-constr-hessian"): (
+        (problem.VALUE_GRADIENT_AND_HESSIAN,),
+        make_trust_constr_hessian,
+    ),
     # MINPACK asks for the equations at every trial point, the Jacobian only where it refactors.
     (RootOp, "hybr"): ((problem.RESIDUAL, problem.JACOBIAN), make_hybrid_powell),
     (RootOp, "lm"): ((problem.RESIDUAL, problem.JACOBIAN), make_levenberg_marquardt),
     (RootOp, "broyden1"): ((problem.RESIDUAL,), make_broyden1),
     (RootOp, "broyden2"): ((problem.RESIDUAL,), make_broyden2),
+    (RootOp, "df-sane"): ((problem.RESIDUAL,), make_df_sane),
     (MinimizeScalarOp, "brent"): ((problem.SCALAR_VALUE,), make_brent_minimize),
     (MinimizeScalarOp, "golden"): ((problem.SCALAR_VALUE,), make_golden),
     (MinimizeScalarOp, "bounded"): ((problem.SCALAR_VALUE,), make_bounded_minimize),

@@ -69,6 +69,9 @@ def solver_plan(op: ScipyWrapperOp) -> SolverPlan:
     if isinstance(op, RootScalarOp) and key == "newton" and not op.jac:
         # Without a derivative output scipy runs Newton on a forward difference; so do we.
         key = "newton-forward-difference"
+    if key == "trust-constr" and op.hess:
+        # scipy uses the Hessian it is given, and a BFGS approximation without one; so do we.
+        key = "trust-constr-hessian"
     return SolverPlan(key, resolved.settings)
 
 

@@ -105,6 +105,12 @@ def value_and_gradient(inner: Callable, to_inner: Callable) -> Callable:
     return _first_two_outputs(inner, to_inner, as_float, as_float64_vector)
 
 
+def value(inner: Callable, to_inner: Callable) -> Callable:
+    """``fun(x, args) -> f`` from an inner graph returning the objective first (derivative-free
+    minimisers)."""
+    return _first_output(inner, to_inner, as_float)
+
+
 def residual(inner: Callable, to_inner: Callable) -> Callable:
     """``fun(x, args) -> F`` from an inner function returning the equations."""
     return _first_output(inner, to_inner, as_float64_vector)
@@ -166,6 +172,7 @@ class Evaluation(NamedTuple):
 # The inner graphs' outputs: MinimizeOp (objective, gradient, Hessian), RootOp
 # (equations, Jacobian), the scalar ops (value, derivative); each op holds the
 # first and those its flags ask for.
+VALUE = Evaluation((0,), value)
 VALUE_AND_GRADIENT = Evaluation((0, 1), value_and_gradient)
 VALUE_GRADIENT_AND_HESSIAN = Evaluation((0, 1, 2), value_gradient_and_hessian)
 RESIDUAL = Evaluation((0,), residual)
