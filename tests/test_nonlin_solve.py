@@ -18,7 +18,8 @@ from pytensor.tensor.optimize import root
 
 from gpubackend import ObjectModeFallbackWarning, UnsupportedOption
 
-METHODS = ["broyden1", "broyden2"]
+BROYDEN = ["broyden1", "broyden2"]
+METHODS = [*BROYDEN, "diagbroyden", "linearmixing", "excitingmixing"]
 A_VALUE = 1.0
 X0 = np.zeros(2)
 Y0 = np.zeros(3)
@@ -43,13 +44,15 @@ def _equations(x, y, z, a):
 
 
 def _jac_option_cases(method):
-    if method in ("broyden1", "broyden2"):
+    if method in BROYDEN:
         return {
             "simple_rank": {"max_rank": 2, "reduction_method": "simple"},
             "svd_rank": {"max_rank": 3, "reduction_method": "svd"},
             "alpha": {"alpha": 0.3},
         }
-    return {}
+    if method == "excitingmixing":
+        return {"alpha_alphamax": {"alpha": 0.2, "alphamax": 0.5}}
+    return {"alpha": {"alpha": 0.3}}
 
 
 def _problems(method, x, y, z, a):
@@ -60,6 +63,10 @@ def _problems(method, x, y, z, a):
     function: a segmentation fault), so it is given as a vector of one element: scipy solves a 0-d
     ``x`` flattened, the same iteration."""
     pair, triple, cubic = _equations(x, y, z, a)
+    if method not in BROYDEN:
+        # The diagonal approximations start from ``J = -I / alpha`` (linear mixing keeps it): they
+        # converge where the Jacobian is near a negative multiple of the identity.
+        pair, triple, cubic = -pair, -triple, -cubic
 
     def solve(equations, variables, **kwargs):
         return root(equations, variables, method=method, optimizer_kwargs=kwargs)

@@ -127,9 +127,12 @@ _BRACKETING_ROOT = tuple(
     for name in ("bisect", "brentq", "brenth", "ridder", "toms748")
 )
 
-_NONLIN_JACOBIANS = {
+_NONLIN_JACOBIANS: dict[str, s.NONLIN_JACOBIAN_OPTIONS] = {
     "broyden1": s.BroydenJacobianOptions(),
     "broyden2": s.BroydenJacobianOptions(),
+    "diagbroyden": s.MixingJacobianOptions(),
+    "linearmixing": s.MixingJacobianOptions(),
+    "excitingmixing": s.ExcitingMixingJacobianOptions(),
 }
 _NONLIN_SOLVE = tuple(
     ScipyMethod(

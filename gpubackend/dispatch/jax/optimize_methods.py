@@ -33,6 +33,11 @@ from pytensor.tensor.optimize import (
 from gpubackend.dispatch.jax import trust_subproblems
 from gpubackend.dispatch.jax.broyden import BroydenFirst, BroydenSecond
 from gpubackend.dispatch.jax.df_sane import SpectralResidual
+from gpubackend.dispatch.jax.diagonal_jacobians import (
+    DiagonalBroyden,
+    ExcitingMixing,
+    LinearMixing,
+)
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
 from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
@@ -468,6 +473,9 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (RootOp, "lm"): _lm,
     (RootOp, "broyden1"): _nonlin_solve(BroydenFirst),
     (RootOp, "broyden2"): _nonlin_solve(BroydenSecond),
+    (RootOp, "diagbroyden"): _nonlin_solve(DiagonalBroyden),
+    (RootOp, "linearmixing"): _nonlin_solve(LinearMixing),
+    (RootOp, "excitingmixing"): _nonlin_solve(ExcitingMixing),
     (RootOp, "df-sane"): _df_sane,
     (MinimizeScalarOp, "brent"): _bracket_minimize,
     (MinimizeScalarOp, "golden"): _bracket_minimize,
