@@ -1,13 +1,6 @@
-"""Diagonal Jacobian approximations for `nonlin_solve`: scipy's ``DiagBroyden``
-(``root(method="diagbroyden")``), ``LinearMixing`` (``"linearmixing"``) and ``ExcitingMixing``
-(``"excitingmixing"``).
-
-Each keeps ``J^-1`` as a diagonal: ``-alpha I`` throughout (linear mixing);
-per-element steps ``beta`` that grow by ``alpha`` while an element of ``F``
-keeps its sign and fall back to ``alpha`` when it flips, within
-``[0, alphamax]`` (exciting mixing); or the diagonal ``d`` of ``J`` itself,
-given the diagonal part of Broyden's update (diagonal Broyden). The Numba
-solvers are `gpubackend.solvers.diagonal_jacobians`.
+"""scipy's diagonal Jacobian approximations (``root(method="diagbroyden" | "linearmixing" |
+"excitingmixing")``) as `InverseJacobian`s for the optimistix `NonlinSolve`: the iterations of the
+Numba solvers in `gpubackend.solvers.diagonal_jacobians`, whose docstring describes them.
 """
 
 from __future__ import annotations
