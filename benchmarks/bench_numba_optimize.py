@@ -102,6 +102,12 @@ CASES: tuple[Case, ...] = (
     Case("root", "lm", "two_equations"),
     Case("root", "df-sane", "two_equations", kwargs=(("jac", False),)),
     Case("root", "df-sane", "two_equations", kwargs=(("jac", False),), grad=True),
+    Case("root", "broyden1", "two_equations", kwargs=(("jac", False),)),
+    Case("root", "broyden1", "two_equations", kwargs=(("jac", False),), grad=True),
+    Case("root", "broyden2", "two_equations", kwargs=(("jac", False),)),
+    Case("root", "diagbroyden", "two_equations", kwargs=(("jac", False),)),
+    Case("root", "linearmixing", "negated_cubic3", kwargs=(("jac", False),)),
+    Case("root", "excitingmixing", "negated_cubic3", kwargs=(("jac", False),)),
     Case("minimize_scalar", "brent", "quartic1", options=(("tol", 1e-12),)),
     Case("minimize_scalar", "brent", "quartic1", options=(("tol", 1e-12),), grad=True),
     Case("minimize_scalar", "golden", "quartic1"),
@@ -122,6 +128,7 @@ PROBLEM_VALUES: dict[str, tuple[np.ndarray | float, np.ndarray | float]] = {
     "rosenbrock10": (np.tile([-1.2, 1.0], 5), 1.0),
     "quartic3": (np.zeros(3), np.array([0.5, -1.0, 2.0])),
     "cubic3": (np.zeros(3), np.array([0.5, -1.0, 2.0])),
+    "negated_cubic3": (np.zeros(3), np.array([0.5, -1.0, 2.0])),
     "two_equations": (np.array([2.0, 0.5]), 2.0),
     "quartic1": (0.0, 1.5),
     "cubic1": (0.5, 2.0),
@@ -143,6 +150,9 @@ def build_case(case: Case):
         expression = ((x - a) ** 2).sum() + 0.1 * (x**4).sum()
     elif case.problem.startswith("cubic"):
         expression = x**3 + x - a
+    elif case.problem.startswith("negated_cubic"):
+        # The mixing methods start from J = -I / alpha: they need equations that recede.
+        expression = a - x - x**3
     else:
         expression = pt.stack([x[0] ** 2 + x[1] ** 2 - a, x[0] - x[1] ** 3])
     solve = getattr(optimize, case.op)
@@ -301,6 +311,11 @@ def hand_written_problems() -> dict[tuple[str, str], tuple[Callable, ...]]:
         return x**3 + x - args[0]
 
     @njit
+    def negated_cubic(x, args):
+        args[1][0] += 1
+        return args[0] - x - x**3
+
+    @njit
     def cubic_jacobian(x, args):
         args[1][1] += 1
         return np.diag(3.0 * x**2 + 1.0)
@@ -348,6 +363,7 @@ def hand_written_problems() -> dict[tuple[str, str], tuple[Callable, ...]]:
         ("cubic", "residual, jacobian"): (cubic, cubic_jacobian),
         ("two_equations", "residual, jacobian"): (two_equations, two_equations_jacobian),
         ("two_equations", "residual"): (two_equations,),
+        ("negated_cubic", "residual"): (negated_cubic,),
         ("quartic", "value"): (scalar_quartic,),
         ("cubic", "value"): (scalar_cubic,),
         ("cubic", "derivative"): (scalar_cubic_with_derivative,),
@@ -470,6 +486,9 @@ def scipy_evaluations(case: Case) -> str:
     elif family == "cubic":
         value = lambda x: x**3 + x - a  # noqa: E731
         gradient = lambda x: np.diag(np.atleast_1d(3 * x**2 + 1)) if np.ndim(x) else 3 * x**2 + 1  # noqa: E731
+    elif family == "negated_cubic":
+        value = lambda x: a - x - x**3  # noqa: E731
+        gradient = lambda x: -np.diag(3 * x**2 + 1)  # noqa: E731
     else:
         value = lambda x: np.array([x[0] ** 2 + x[1] ** 2 - a, x[0] - x[1] ** 3])  # noqa: E731
         gradient = lambda x: np.array([[2 * x[0], 2 * x[1]], [1.0, -3 * x[1] ** 2]])  # noqa: E731

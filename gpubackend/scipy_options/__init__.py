@@ -11,7 +11,7 @@ included, means the same under JAX and under Numba. Imports neither jax nor
 numba.
 """
 
-from gpubackend.scipy_options.budgets import minimize_maxiter, minpack_maxfev
+from gpubackend.scipy_options.budgets import minimize_maxiter, minpack_maxfev, nonlin_maxiter
 from gpubackend.scipy_options.methods import OP_OPTIONS, OpOptions, ScipyMethod
 from gpubackend.scipy_options.resolve import (
     ResolvedOptions,
@@ -28,6 +28,7 @@ __all__ = [
     "ScipyMethod",
     "minimize_maxiter",
     "minpack_maxfev",
+    "nonlin_maxiter",
     "op_options",
     "refuse_before_scipy",
     "resolve",

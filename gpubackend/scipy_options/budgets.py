@@ -5,7 +5,7 @@ functions (``numba.njit(minimize_maxiter)``, `gpubackend.solvers`) and the JAX l
 at trace time: the rule lives here once.
 """
 
-from gpubackend.scipy_options.settings import MINPACK_DEFAULT, SIZE_DEPENDENT
+from gpubackend.scipy_options.settings import MINPACK_DEFAULT, SIZE_DEPENDENT, UNTIL_CONVERGED
 
 
 def minimize_maxiter(maxiter: int, n: int) -> int:
@@ -16,6 +16,14 @@ def minimize_maxiter(maxiter: int, n: int) -> int:
 def minpack_maxfev(maxfev: int, n: int) -> int:
     """``maxfev``; where it is `MINPACK_DEFAULT`, MINPACK's ``100 * (n + 1)`` (with a Jacobian)."""
     return 100 * (n + 1) if maxfev == MINPACK_DEFAULT else maxfev
+
+
+def nonlin_maxiter(maxiter: int, nit: int, n: int) -> int:
+    """``maxiter``; where it is `SIZE_DEPENDENT`, scipy's ``nit + 1``, or ``100 * (n + 1)`` without
+    ``nit`` (``nonlin_solve``)."""
+    if maxiter != SIZE_DEPENDENT:
+        return maxiter
+    return 100 * (n + 1) if nit == UNTIL_CONVERGED else nit + 1
 
 
 NELDER_MEAD_PER_VARIABLE = 200

@@ -47,6 +47,8 @@ class ScipyMethod:
     name: str
     defaults: NamedTuple
     tol_sets: tuple[str, ...] = ()
+    tol_clears: tuple[str, ...] = ()
+    """Options scipy's ``tol`` switches off (sets to infinity) unless given."""
     needs_input: str | None = None
     """The op input (``bounds``, ``bracket``) without which scipy refuses the method."""
     refuses_input: str | None = None
@@ -60,8 +62,9 @@ class ScipyMethod:
     refusal: Callable[[Any], str | None] | None = None
     """What scipy refuses in the resolved settings (a reason, or None), checked when an op is
     lowered on either backend."""
-    choices: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    """The values scipy accepts for a string option; any other is scipy's ``ValueError``."""
+    choices: Mapping[str, Mapping[object, str]] = field(default_factory=dict)
+    """The values scipy accepts for an option that takes one of a few (``None`` among them, for
+    some), and how the settings spell each; any other is scipy's ``ValueError``."""
     jax: JaxSupport | None = None
     """How the JAX lowering runs it; None: it refuses the method."""
     numba: NumbaSupport | None = None
@@ -123,6 +126,28 @@ _BRACKETING_ROOT = tuple(
     )
     for name in ("bisect", "brentq", "brenth", "ridder", "toms748")
 )
+
+_NONLIN_JACOBIANS: dict[str, s.NONLIN_JACOBIAN_OPTIONS] = {
+    "broyden1": s.BroydenJacobianOptions(),
+    "broyden2": s.BroydenJacobianOptions(),
+    "diagbroyden": s.MixingJacobianOptions(),
+    "linearmixing": s.MixingJacobianOptions(),
+    "excitingmixing": s.ExcitingMixingJacobianOptions(),
+}
+_NONLIN_SOLVE = tuple(
+    ScipyMethod(
+        name,
+        s.NonlinSettings(jac_options=jacobian),
+        ("xtol",),
+        tol_clears=("xatol", "ftol", "fatol"),
+        choices=s.NONLIN_CHOICES,
+        jax=JaxSupport(frozenset(s.NonlinSettings._fields)),
+        numba=_NATIVE,
+    )
+    for name, jacobian in _NONLIN_JACOBIANS.items()
+)
+"""scipy's ``nonlin_solve`` family: one driver, one Jacobian approximation per method (its
+``jac_options``)."""
 
 OP_OPTIONS: dict[type, OpOptions] = {
     MinimizeOp: OpOptions(
@@ -229,11 +254,12 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 jax=JaxSupport(frozenset({"xtol", "ftol", "gtol", "maxiter", "factor"})),
                 numba=_NATIVE_WITH_JAC,
             ),
+            *_NONLIN_SOLVE,
             ScipyMethod(
                 "df-sane",
                 s.DFSaneSettings(),
                 ("ftol",),
-                choices={"line_search": frozenset({"cruz", "cheng"})},
+                choices={"line_search": {"cruz": "cruz", "cheng": "cheng"}},
                 jax=JaxSupport(_DF_SANE_NUMERIC),
                 numba=NumbaSupport(ignores=_DF_SANE_CALLABLES),
             ),

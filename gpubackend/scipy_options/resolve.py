@@ -11,6 +11,7 @@ the wrong kind, or an input scipy would refuse, is a `ValueError`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -19,6 +20,7 @@ from pytensor.tensor.optimize import ScipyWrapperOp
 
 from gpubackend.errors import UnsupportedMethod, UnsupportedOption
 from gpubackend.scipy_options.methods import OP_OPTIONS, OpOptions, ScipyMethod
+from gpubackend.scipy_options.settings import UNHONOURED_CHOICES
 
 # Keyword arguments that change nothing about the answer (printing, history).
 _COSMETIC = frozenset({"disp", "return_all", "iprint"})
@@ -140,9 +142,17 @@ def _given_options(
     if tol is not None:
         for target in method.tol_sets:
             given.setdefault(target, tol)
-    return {
-        name: value for name, value in given.items() if name not in _COSMETIC and value is not None
-    }
+        for target in method.tol_clears:
+            given.setdefault(target, np.inf)
+    return {name: value for name, value in given.items() if _is_given(method, name, value)}
+
+
+def _is_given(method: ScipyMethod, name: str, value: Any) -> bool:
+    """scipy reads an option's ``None`` as its default, except where ``None`` is one of the
+    option's choices (``line_search=None``: no line search)."""
+    if name in _COSMETIC:
+        return False
+    return value is not None or None in method.choices.get(name, {})
 
 
 def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any) -> Any:
@@ -154,11 +164,9 @@ def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any)
         # ``initial_simplex``): taken as given, the lowerings refuse it by name.
         return value
     if name in method.choices:
-        if not (isinstance(value, str) and value in method.choices[name]):
-            raise ValueError(
-                f"{where} must be one of {sorted(method.choices[name])}, got {value!r}"
-            )
-        return value
+        return _choice(where, method.choices[name], value)
+    if hasattr(default, "_fields"):  # a nested family of options, given as a dict (jac_options)
+        return _nested(kind, method, name, value, default)
     if isinstance(default, bool):
         if not isinstance(value, bool | np.bool_):
             raise ValueError(f"{where} must be True or False, got {value!r}")
@@ -172,6 +180,36 @@ def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any)
         return float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{where} must be a number, got {value!r}") from None
+
+
+def _choice(where: str, choices: Mapping[object, str], value: Any) -> str:
+    try:
+        choice = choices[value]
+    except (KeyError, TypeError):
+        raise ValueError(f"{where} must be one of {list(choices)}, got {value!r}") from None
+    if choice in UNHONOURED_CHOICES:
+        raise UnsupportedOption(f"{where}: {value!r} is not supported by gpubackend")
+    return choice
+
+
+def _nested(kind: str, method: ScipyMethod, name: str, value: Any, default: NamedTuple) -> Any:
+    """A dict of options into ``default``'s family; an unknown key is scipy's ``TypeError``."""
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"{kind}(method={method.name!r}) option {name!r} must be a dict, got {value!r}"
+        )
+    if unknown := sorted(set(value) - set(default._fields)):
+        raise TypeError(
+            f"{kind}(method={method.name!r}) {name} {unknown} are not options of this method; "
+            f"its {name} are {list(default._fields)}"
+        )
+    return default._replace(
+        **{
+            key: _coerce(kind, method, key, entry, getattr(default, key))
+            for key, entry in value.items()
+            if _is_given(method, key, entry)
+        }
+    )
 
 
 def _box_bounds(where: str, bounds: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:

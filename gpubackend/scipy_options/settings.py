@@ -235,6 +235,89 @@ class SecantSettings(NamedTuple):
     x1: float = np.nan
 
 
+class BroydenJacobianOptions(NamedTuple):
+    """``jac_options`` of ``root(method="broyden1" | "broyden2")``: the inverse Jacobian starts as
+    ``-alpha I`` (NaN: scipy's ``None``, scaled from ``x0`` and ``F(x0)``); past ``max_rank``
+    updates ``reduction_method`` drops some."""
+
+    alpha: float = np.nan
+    reduction_method: str = "restart"
+    max_rank: float = np.inf
+
+
+class AndersonJacobianOptions(NamedTuple):
+    """``jac_options`` of ``root(method="anderson")``: mixing over the last ``M`` steps, with
+    regularisation ``w0``."""
+
+    alpha: float = np.nan
+    w0: float = 0.01
+    M: int = 5
+
+
+class MixingJacobianOptions(NamedTuple):
+    """``jac_options`` of ``root(method="diagbroyden" | "linearmixing")``."""
+
+    alpha: float = np.nan
+
+
+class ExcitingMixingJacobianOptions(NamedTuple):
+    """``jac_options`` of ``root(method="excitingmixing")``: per-element step sizes in
+    ``[0, alphamax]``."""
+
+    alpha: float = np.nan
+    alphamax: float = 1.0
+
+
+NONLIN_JACOBIAN_OPTIONS = (
+    BroydenJacobianOptions
+    | AndersonJacobianOptions
+    | MixingJacobianOptions
+    | ExcitingMixingJacobianOptions
+)
+
+UNTIL_CONVERGED = -1
+"""``nit`` left at scipy's default ``None``: iterate until the tolerances are met."""
+
+NONLIN_FATOL = float(_EPS ** (1.0 / 3.0))
+
+
+class NonlinSettings(NamedTuple):
+    """``root(method=...)`` of scipy's ``nonlin_solve`` family (broyden1, anderson, ...).
+
+    The four tolerances are scipy's ``ftol`` (relative to the first residual),
+    ``fatol``, ``xtol`` (relative to ``x``) and ``xatol``, in the max-norm;
+    infinity switches a test off, as scipy's ``None`` does (``fatol``'s
+    default is ``eps ** (1/3)``). ``maxiter`` left at `SIZE_DEPENDENT` is
+    ``nit + 1``, or ``100 * (len(x0) + 1)`` without ``nit``. ``line_search``
+    is ``"armijo"``, ``"wolfe"`` or ``"none"`` (scipy's ``None``).
+    """
+
+    nit: int = UNTIL_CONVERGED
+    maxiter: int = SIZE_DEPENDENT
+    ftol: float = np.inf
+    fatol: float = NONLIN_FATOL
+    xtol: float = np.inf
+    xatol: float = np.inf
+    line_search: str = "armijo"
+    jac_options: NONLIN_JACOBIAN_OPTIONS = MixingJacobianOptions()
+
+
+NONLIN_CHOICES: dict[str, dict[object, str]] = {
+    "line_search": {
+        "armijo": "armijo",
+        "wolfe": "wolfe",
+        True: "armijo",
+        None: "none",
+        False: "none",
+    },
+    "reduction_method": {"restart": "restart", "simple": "simple", "svd": "svd"},
+}
+"""``nonlin_solve``'s options that take one of a few scipy values (``None`` among them), and how
+the settings spell each."""
+
+UNHONOURED_CHOICES = frozenset({"wolfe"})
+"""Choices scipy has that no backend runs (``nonlin_solve``'s finite-difference Wolfe search)."""
+
 BFGS = LineSearchSettings()
 CG = LineSearchSettings(c2=0.4)
 BRENT = BracketMinimizeSettings(xtol=1.48e-8, maxiter=500)

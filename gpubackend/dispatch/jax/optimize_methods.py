@@ -31,7 +31,13 @@ from pytensor.tensor.optimize import (
 )
 
 from gpubackend.dispatch.jax import trust_subproblems
+from gpubackend.dispatch.jax.broyden import BroydenFirst, BroydenSecond
 from gpubackend.dispatch.jax.df_sane import SpectralResidual
+from gpubackend.dispatch.jax.diagonal_jacobians import (
+    DiagonalBroyden,
+    ExcitingMixing,
+    LinearMixing,
+)
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
 from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
@@ -40,6 +46,7 @@ from gpubackend.dispatch.jax.noise_aware_search import (
     ROUNDING_ULPS,
     NoiseAwareBFGS,
 )
+from gpubackend.dispatch.jax.nonlin_solve import InverseJacobian, NonlinSolve
 from gpubackend.dispatch.jax.nonlinear_cg import ScipyCG
 from gpubackend.dispatch.jax.powell import ScipyPowell
 from gpubackend.dispatch.jax.slsqp import SLSQP
@@ -50,6 +57,7 @@ from gpubackend.scipy_options import (
     OP_OPTIONS,
     minimize_maxiter,
     minpack_maxfev,
+    nonlin_maxiter,
     op_options,
     refuse_before_scipy,
     resolve,
@@ -403,6 +411,30 @@ def _lm(settings: s.LMSettings, n: int, dtype: str) -> SolverChoice:
     return SolverChoice(solver, maxfev)
 
 
+def _nonlin_solve(jacobian: Callable[..., InverseJacobian]) -> SolverBuilder:
+    """scipy's ``nonlin_solve`` with the Jacobian approximation ``jacobian(**jac_options)``."""
+
+    def build(settings: s.NonlinSettings, n: int, dtype: str) -> SolverChoice:
+        maxiter = nonlin_maxiter(settings.maxiter, settings.nit, n)
+        rtol, atol = _floored(dtype, settings.xtol, settings.fatol)
+        solver = NonlinSolve(
+            jacobian=jacobian(**settings.jac_options._asdict()),
+            maxiter=maxiter,
+            nit=settings.nit,
+            ftol=settings.ftol,
+            fatol=settings.fatol,
+            xtol=settings.xtol,
+            xatol=settings.xatol,
+            line_search=settings.line_search == "armijo",
+            rtol=rtol,
+            atol=atol,
+        )
+        # One step per scipy iteration; the solver's own verdict ends it at maxiter.
+        return SolverChoice(solver, max(maxiter, 1))
+
+    return build
+
+
 def _df_sane(settings: s.DFSaneSettings, n: int, dtype: str) -> SolverChoice:
     if settings.M < 1:
         raise ValueError(f"root(method='df-sane') option 'M' must be at least 1, got {settings.M}")
@@ -470,6 +502,11 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "powell"): _powell,
     (RootOp, "hybr"): _hybr,
     (RootOp, "lm"): _lm,
+    (RootOp, "broyden1"): _nonlin_solve(BroydenFirst),
+    (RootOp, "broyden2"): _nonlin_solve(BroydenSecond),
+    (RootOp, "diagbroyden"): _nonlin_solve(DiagonalBroyden),
+    (RootOp, "linearmixing"): _nonlin_solve(LinearMixing),
+    (RootOp, "excitingmixing"): _nonlin_solve(ExcitingMixing),
     (RootOp, "df-sane"): _df_sane,
     (MinimizeScalarOp, "brent"): _bracket_minimize,
     (MinimizeScalarOp, "golden"): _bracket_minimize,

@@ -51,8 +51,14 @@ from gpubackend.solvers.bisect import make_bisect
 from gpubackend.solvers.bounded_minimize import make_bounded_minimize
 from gpubackend.solvers.brent_minimize import make_brent_minimize
 from gpubackend.solvers.brentq import make_brentq
+from gpubackend.solvers.broyden import make_broyden1, make_broyden2
 from gpubackend.solvers.conjugate_gradient import make_conjugate_gradient
 from gpubackend.solvers.df_sane import make_df_sane
+from gpubackend.solvers.diagonal_jacobians import (
+    make_diagonal_broyden,
+    make_exciting_mixing,
+    make_linear_mixing,
+)
 from gpubackend.solvers.golden import make_golden
 from gpubackend.solvers.hybrid_powell import make_hybrid_powell
 from gpubackend.solvers.levenberg_marquardt import make_levenberg_marquardt
@@ -73,7 +79,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 33
+SOLVER_CACHE_VERSION = 35
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -101,6 +107,11 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Cal
     # MINPACK asks for the equations at every trial point, the Jacobian only where it refactors.
     (RootOp, "hybr"): ((problem.RESIDUAL, problem.JACOBIAN), make_hybrid_powell),
     (RootOp, "lm"): ((problem.RESIDUAL, problem.JACOBIAN), make_levenberg_marquardt),
+    (RootOp, "broyden1"): ((problem.RESIDUAL,), make_broyden1),
+    (RootOp, "broyden2"): ((problem.RESIDUAL,), make_broyden2),
+    (RootOp, "diagbroyden"): ((problem.RESIDUAL,), make_diagonal_broyden),
+    (RootOp, "linearmixing"): ((problem.RESIDUAL,), make_linear_mixing),
+    (RootOp, "excitingmixing"): ((problem.RESIDUAL,), make_exciting_mixing),
     (RootOp, "df-sane"): ((problem.RESIDUAL,), make_df_sane),
     (MinimizeScalarOp, "brent"): ((problem.SCALAR_VALUE,), make_brent_minimize),
     (MinimizeScalarOp, "golden"): ((problem.SCALAR_VALUE,), make_golden),
