@@ -1,4 +1,10 @@
-"""Brent's root bracketing method (port of scipy's ``brentq.c``)."""
+"""Brent's root bracketing methods: ``brentq`` and ``brenth`` (ports of scipy's ``brentq.c`` and
+``brenth.c``).
+
+The two differ only in how they extrapolate from three points: inverse
+quadratic interpolation (``brentq``) or a hyperbola (``brenth``, Bus and
+Dekker's); the bracketing, bisection fallback and termination are the same.
+"""
 
 from collections.abc import Callable
 
@@ -6,13 +12,17 @@ import numpy as np
 from pytensor.link.numba.dispatch.basic import numba_njit
 
 
-def make_brentq(fun: Callable) -> Callable:
-    """``solve(args, x0, bracket, settings: RootScalarSettings) -> (x, converged)``; ``x0`` is
-    unused.
+@numba_njit(inline="always")
+def inverse_quadratic_step(fcur, fpre, fblk, dpre, dblk) -> float:
+    return -fcur * (fblk * dblk - fpre * dpre) / (dblk * dpre * (fblk - fpre))
 
-    A bracket without a sign change raises scipy's ``ValueError``.
-    """
 
+@numba_njit(inline="always")
+def hyperbolic_step(fcur, fpre, fblk, dpre, dblk) -> float:
+    return -fcur * (fblk - fpre) / (fblk * dpre - fpre * dblk)
+
+
+def _make_brent_root(fun: Callable, extrapolated_step: Callable) -> Callable:
     @numba_njit
     def solve(args, x0, bracket, settings):
         xtol, rtol, maxiter = settings.xtol, settings.rtol, settings.maxiter
@@ -45,7 +55,7 @@ def make_brentq(fun: Callable) -> Callable:
                 else:
                     dpre = (fpre - fcur) / (xpre - xcur)
                     dblk = (fblk - fcur) / (xblk - xcur)
-                    stry = -fcur * (fblk * dblk - fpre * dpre) / (dblk * dpre * (fblk - fpre))
+                    stry = extrapolated_step(fcur, fpre, fblk, dpre, dblk)
                 if 2 * abs(stry) < min(abs(spre), 3 * abs(sbis) - delta):
                     spre, scur = scur, stry
                 else:
@@ -61,3 +71,17 @@ def make_brentq(fun: Callable) -> Callable:
         return xcur, False
 
     return solve
+
+
+def make_brentq(fun: Callable) -> Callable:
+    """``solve(args, x0, bracket, settings: RootScalarSettings) -> (x, converged)``; ``x0`` is
+    unused.
+
+    A bracket without a sign change raises scipy's ``ValueError``.
+    """
+    return _make_brent_root(fun, inverse_quadratic_step)
+
+
+def make_brenth(fun: Callable) -> Callable:
+    """`make_brentq`'s solver, extrapolating by a hyperbola as scipy's ``brenth``."""
+    return _make_brent_root(fun, hyperbolic_step)
