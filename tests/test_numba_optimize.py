@@ -751,6 +751,28 @@ def test_a_bracket_without_a_sign_change_raises_scipys_error(method):
         fn(0.5)
 
 
+BRACKETING_ROOT_METHODS = ["brentq", "bisect", "brenth", "ridder", "toms748"]
+
+
+@pytest.mark.parametrize("lower", [0.5, 0.0])
+def test_a_nan_value_stops_the_bracketing_methods_there_as_in_scipy(lower):
+    # scipy's root_scalar returns the point where f is NaN, not converged: at the bracket's end
+    # (lower 0.5), or inside it (lower 0.0: f is NaN on (0.2, 1), where each method's first
+    # trial point falls). Before: toms748 raised ValueError.
+    z = pt.scalar("z")
+    bracket_end = pt.scalar("bracket_end")
+    equation = pt.switch(z < 0.2, z - 1.0, pt.switch(z < 1.0, pt.log(z - 1.0), z**3 - 4.0))
+    outputs = []
+    for method in BRACKETING_ROOT_METHODS:
+        outputs += root_scalar(equation, z, method=method, bracket=pt.stack([bracket_end, 1.8]))
+    values = (np.array(1.0), np.array(lower))
+    want = pytensor.function([z, bracket_end], outputs, mode=REFERENCE_MODE)(*values)
+    got = numba_function([z, bracket_end], outputs)(*values)
+    assert not any(bool(s) for s in want[1::2])
+    assert [bool(s) for s in got[1::2]] == [False] * len(BRACKETING_ROOT_METHODS)
+    np.testing.assert_allclose(got[0::2], want[0::2], rtol=1e-12)
+
+
 def test_a_method_scipy_does_not_know_raises_scipys_error():
     # Before: gpubackend's own plain-Newton root ran; FAST_COMPILE raises this on the first call.
     x = pt.vector("x")

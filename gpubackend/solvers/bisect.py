@@ -20,7 +20,12 @@ def make_bisect(fun: Callable) -> Callable:
             return np.nan, False
         xa, xb = bracket[0], bracket[1]
         fa = fun(xa, args)
+        # scipy's root_scalar stops at a NaN value of f, there, not converged.
+        if np.isnan(fa):
+            return xa, False
         fb = fun(xb, args)
+        if np.isnan(fb):
+            return xb, False
         if fa * fb > 0:
             raise ValueError("f(a) and f(b) must have different signs")
         if fa == 0:
@@ -32,6 +37,8 @@ def make_bisect(fun: Callable) -> Callable:
             dm *= 0.5
             xm = xa + dm
             fm = fun(xm, args)
+            if np.isnan(fm):
+                return xm, False
             if fm * fa >= 0:
                 xa = xm
             if fm == 0 or abs(dm) < xtol + rtol * abs(xm):

@@ -31,7 +31,12 @@ def _make_brent_root(fun: Callable, extrapolated_step: Callable) -> Callable:
         xpre, xcur = bracket[0], bracket[1]
         xblk = fblk = spre = scur = 0.0
         fpre = fun(xpre, args)
+        # scipy's root_scalar stops at a NaN value of f, there, not converged.
+        if np.isnan(fpre):
+            return xpre, False
         fcur = fun(xcur, args)
+        if np.isnan(fcur):
+            return xcur, False
         if fpre == 0:
             return xpre, True
         if fcur == 0:
@@ -68,6 +73,8 @@ def _make_brent_root(fun: Callable, extrapolated_step: Callable) -> Callable:
             else:
                 xcur += delta if sbis > 0 else -delta
             fcur = fun(xcur, args)
+            if np.isnan(fcur):
+                return xcur, False
         return xcur, False
 
     return solve

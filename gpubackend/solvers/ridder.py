@@ -24,7 +24,12 @@ def make_ridder(fun: Callable) -> Callable:
         # scipy's first tolerance; each iteration then takes ``xtol + rtol * xn`` (xn signed).
         tol = xtol + rtol * min(abs(xa), abs(xb))
         fa = fun(xa, args)
+        # scipy's root_scalar stops at a NaN value of f, there, not converged.
+        if np.isnan(fa):
+            return xa, False
         fb = fun(xb, args)
+        if np.isnan(fb):
+            return xb, False
         if fa == 0:
             return xa, True
         if fb == 0:
@@ -36,6 +41,8 @@ def make_ridder(fun: Callable) -> Callable:
             dm = 0.5 * (xb - xa)
             xm = xa + dm
             fm = fun(xm, args)
+            if np.isnan(fm):
+                return xm, False
             if fm == 0.0:
                 return xm, True
             # Normalised by fa, as scipy's, so that fm * fm cannot underflow.
@@ -43,6 +50,8 @@ def make_ridder(fun: Callable) -> Callable:
             dn = dm * ratio / np.sqrt(ratio * ratio - fb / fa)
             xn = xm + (1.0 if dn > 0 else -1.0) * min(abs(dn), abs(dm) - 0.5 * tol)
             fn = fun(xn, args)
+            if np.isnan(fn):
+                return xn, False
             if np.signbit(fn) != np.signbit(fm):
                 xa, fa, xb, fb = xn, fn, xm, fm
             elif np.signbit(fn) != np.signbit(fa):

@@ -76,15 +76,16 @@ def make_toms748(fun: Callable) -> Callable:
 
     Converged once ``|a - b| <= xtol + rtol |b|`` (the midpoint) or at a zero of
     ``f``; ``maxiter`` counts scipy's iterations, the first secant step
-    included. A bracket without a sign change or a non-finite value of ``f``
-    raises scipy's ``ValueError``.
+    included. A bracket without a sign change or an infinite value of ``f``
+    raises scipy's ``ValueError``; at a NaN value it stops there, not
+    converged, as scipy's ``root_scalar`` does.
     """
 
     @numba_njit
     def evaluate(x, args):
         fx = fun(x, args)
-        if not np.isfinite(fx):
-            raise ValueError("toms748: invalid function value (not finite)")
+        if np.isinf(fx):
+            raise ValueError("toms748: invalid function value (infinite)")
         return fx
 
     @numba_njit
@@ -96,11 +97,11 @@ def make_toms748(fun: Callable) -> Callable:
         if not (np.isfinite(a) and np.isfinite(b)):
             raise ValueError("toms748: the bracket must be finite")
         fa = evaluate(a, args)
-        if fa == 0:
-            return a, True
+        if fa == 0 or np.isnan(fa):
+            return a, fa == 0
         fb = evaluate(b, args)
-        if fb == 0:
-            return b, True
+        if fb == 0 or np.isnan(fb):
+            return b, fb == 0
         if np.sign(fb) * np.sign(fa) > 0:
             raise ValueError("f(a) and f(b) must have different signs")
 
@@ -114,8 +115,8 @@ def make_toms748(fun: Callable) -> Callable:
         if not a < c < b:
             c = (a + b) / 2.0
         fc = evaluate(c, args)
-        if fc == 0:
-            return c, True
+        if fc == 0 or np.isnan(fc):
+            return c, fc == 0
         # ``d`` is the point the last update dropped from the bracket, ``e`` the one before.
         if np.sign(fa) * np.sign(fc) > 0:
             d, fd, a, fa = a, fa, c, fc
@@ -135,8 +136,8 @@ def make_toms748(fun: Callable) -> Callable:
             if np.isnan(c):
                 c = _newton_quadratic(a, b, fa, fb, d, fd, 2)
             fc = evaluate(c, args)
-            if fc == 0:
-                return c, True
+            if fc == 0 or np.isnan(fc):
+                return c, fc == 0
             e, fe, has_e = d, fd, True
             if np.sign(fa) * np.sign(fc) > 0:
                 d, fd, a, fa = a, fa, c, fc
@@ -162,8 +163,8 @@ def make_toms748(fun: Callable) -> Callable:
                     if not a < c < b:
                         c = (a + b) / 2.0
             fc = evaluate(c, args)
-            if fc == 0:
-                return c, True
+            if fc == 0 or np.isnan(fc):
+                return c, fc == 0
             e, fe = d, fd
             if np.sign(fa) * np.sign(fc) > 0:
                 d, fd, a, fa = a, fa, c, fc
@@ -174,8 +175,8 @@ def make_toms748(fun: Callable) -> Callable:
                 e, fe = d, fd
                 z = (a + b) / 2.0
                 fz = evaluate(z, args)
-                if fz == 0:
-                    return z, True
+                if fz == 0 or np.isnan(fz):
+                    return z, fz == 0
                 if np.sign(fa) * np.sign(fz) > 0:
                     d, fd, a, fa = a, fa, z, fz
                 else:
