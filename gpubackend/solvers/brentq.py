@@ -11,6 +11,8 @@ from collections.abc import Callable
 import numpy as np
 from pytensor.link.numba.dispatch.basic import numba_njit
 
+from gpubackend.solvers.bracket_start import make_bracket_start
+
 
 @numba_njit(inline="always")
 def inverse_quadratic_step(fcur, fpre, fblk, dpre, dblk) -> float:
@@ -23,6 +25,8 @@ def hyperbolic_step(fcur, fpre, fblk, dpre, dblk) -> float:
 
 
 def _make_brent_root(fun: Callable, extrapolated_step: Callable) -> Callable:
+    start = make_bracket_start(fun)
+
     @numba_njit
     def solve(args, x0, bracket, settings):
         xtol, rtol, maxiter = settings.xtol, settings.rtol, settings.maxiter
@@ -30,19 +34,9 @@ def _make_brent_root(fun: Callable, extrapolated_step: Callable) -> Callable:
             return np.nan, False
         xpre, xcur = bracket[0], bracket[1]
         xblk = fblk = spre = scur = 0.0
-        fpre = fun(xpre, args)
-        # scipy's root_scalar stops at a NaN value of f, there, not converged.
-        if np.isnan(fpre):
-            return xpre, False
-        fcur = fun(xcur, args)
-        if np.isnan(fcur):
-            return xcur, False
-        if fpre == 0:
-            return xpre, True
-        if fcur == 0:
-            return xcur, True
-        if np.signbit(fpre) == np.signbit(fcur):
-            raise ValueError("f(a) and f(b) must have different signs")
+        fpre, fcur, stops, x, converged = start(bracket, args)
+        if stops:
+            return x, converged
         for _ in range(maxiter):
             if fpre != 0 and fcur != 0 and np.signbit(fpre) != np.signbit(fcur):
                 xblk, fblk = xpre, fpre
@@ -73,6 +67,7 @@ def _make_brent_root(fun: Callable, extrapolated_step: Callable) -> Callable:
             else:
                 xcur += delta if sbis > 0 else -delta
             fcur = fun(xcur, args)
+            # scipy's root_scalar stops at a NaN value of f, there, not converged.
             if np.isnan(fcur):
                 return xcur, False
         return xcur, False

@@ -5,6 +5,8 @@ from collections.abc import Callable
 import numpy as np
 from pytensor.link.numba.dispatch.basic import numba_njit
 
+from gpubackend.solvers.bracket_start import make_bracket_start
+
 
 def make_ridder(fun: Callable) -> Callable:
     """``solve(args, x0, bracket, settings: RootScalarSettings) -> (x, converged)``; ``x0`` is
@@ -14,6 +16,7 @@ def make_ridder(fun: Callable) -> Callable:
     the bracket and the midpoint puts the root at. A bracket without a sign
     change raises scipy's ``ValueError``.
     """
+    start = make_bracket_start(fun)
 
     @numba_njit
     def solve(args, x0, bracket, settings):
@@ -23,24 +26,15 @@ def make_ridder(fun: Callable) -> Callable:
         xa, xb = bracket[0], bracket[1]
         # scipy's first tolerance; each iteration then takes ``xtol + rtol * xn`` (xn signed).
         tol = xtol + rtol * min(abs(xa), abs(xb))
-        fa = fun(xa, args)
-        # scipy's root_scalar stops at a NaN value of f, there, not converged.
-        if np.isnan(fa):
-            return xa, False
-        fb = fun(xb, args)
-        if np.isnan(fb):
-            return xb, False
-        if fa == 0:
-            return xa, True
-        if fb == 0:
-            return xb, True
-        if np.signbit(fa) == np.signbit(fb):
-            raise ValueError("f(a) and f(b) must have different signs")
+        fa, fb, stops, x, converged = start(bracket, args)
+        if stops:
+            return x, converged
         xn = 0.0
         for _ in range(maxiter):
             dm = 0.5 * (xb - xa)
             xm = xa + dm
             fm = fun(xm, args)
+            # scipy's root_scalar stops at a NaN value of f, there, not converged.
             if np.isnan(fm):
                 return xm, False
             if fm == 0.0:
