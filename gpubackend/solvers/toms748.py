@@ -33,6 +33,14 @@ def _distinct(fa, fb, fd, fe) -> bool:
     return True
 
 
+@numba_njit(inline="always")
+def _rebracketed(a, b, fa, fb, c, fc):
+    """scipy's ``_update_bracket``: ``(a, b, fa, fb, dropped, f(dropped))``."""
+    if np.sign(fa) * np.sign(fc) > 0:
+        return c, b, fc, fb, a, fa
+    return a, c, fa, fc, b, fb
+
+
 @numba_njit
 def _inverse_cubic_zero(a, b, d, e, fa, fb, fd, fe) -> float:
     """The inverse cubic through the four points at 0, by Neville's scheme (scipy's
@@ -118,10 +126,7 @@ def make_toms748(fun: Callable) -> Callable:
         if fc == 0 or np.isnan(fc):
             return c, fc == 0
         # ``d`` is the point the last update dropped from the bracket, ``e`` the one before.
-        if np.sign(fa) * np.sign(fc) > 0:
-            d, fd, a, fa = a, fa, c, fc
-        else:
-            d, fd, b, fb = b, fb, c, fc
+        a, b, fa, fb, d, fd = _rebracketed(a, b, fa, fb, c, fc)
         e = fe = np.nan
         has_e = False
         iterations = 1
@@ -139,10 +144,7 @@ def make_toms748(fun: Callable) -> Callable:
             if fc == 0 or np.isnan(fc):
                 return c, fc == 0
             e, fe, has_e = d, fd, True
-            if np.sign(fa) * np.sign(fc) > 0:
-                d, fd, a, fa = a, fa, c, fc
-            else:
-                d, fd, b, fb = b, fb, c, fc
+            a, b, fa, fb, d, fd = _rebracketed(a, b, fa, fb, c, fc)
 
             # A double-length secant step from the endpoint with the smaller value.
             lower_is_smaller = abs(fa) < abs(fb)
@@ -166,10 +168,7 @@ def make_toms748(fun: Callable) -> Callable:
             if fc == 0 or np.isnan(fc):
                 return c, fc == 0
             e, fe = d, fd
-            if np.sign(fa) * np.sign(fc) > 0:
-                d, fd, a, fa = a, fa, c, fc
-            else:
-                d, fd, b, fb = b, fb, c, fc
+            a, b, fa, fb, d, fd = _rebracketed(a, b, fa, fb, c, fc)
 
             if b - a > _MU * width:
                 e, fe = d, fd
@@ -177,10 +176,7 @@ def make_toms748(fun: Callable) -> Callable:
                 fz = evaluate(z, args)
                 if fz == 0 or np.isnan(fz):
                     return z, fz == 0
-                if np.sign(fa) * np.sign(fz) > 0:
-                    d, fd, a, fa = a, fa, z, fz
-                else:
-                    d, fd, b, fb = b, fb, z, fz
+                a, b, fa, fb, d, fd = _rebracketed(a, b, fa, fb, z, fz)
 
             if abs(a - b) <= xtol + rtol * abs(b):
                 return (a + b) / 2.0, True

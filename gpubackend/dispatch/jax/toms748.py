@@ -40,6 +40,23 @@ class _Toms748State(eqx.Module):
     found: jax.Array
 
 
+def _bracketed(a, b, fa, fb, d, fd, e, fe, has_e: bool) -> _Toms748State:
+    """The state around ``[a, b]``, no zero found yet: the root is the midpoint."""
+    return _Toms748State(
+        a=a,
+        b=b,
+        fa=fa,
+        fb=fb,
+        d=d,
+        fd=fd,
+        e=e,
+        fe=fe,
+        has_e=jnp.array(has_e),
+        root=(a + b) / 2,
+        found=jnp.array(False),
+    )
+
+
 def _rebracketed(a, b, fa, fb, c, fc):
     """scipy's ``_update_bracket``: ``(a, b, fa, fb, dropped, f(dropped))``."""
     replaces_a = jnp.sign(fa) * jnp.sign(fc) > 0
@@ -123,19 +140,7 @@ class Toms748(optx.AbstractRootFinder):
         fc, _ = fn(c, args)
         next_a, next_b, next_fa, next_fb, d, fd = _rebracketed(a, b, fa, fb, c, fc)
         nan = jnp.full_like(a, jnp.nan)
-        state = _Toms748State(
-            a=next_a,
-            b=next_b,
-            fa=next_fa,
-            fb=next_fb,
-            d=d,
-            fd=fd,
-            e=nan,
-            fe=nan,
-            has_e=jnp.array(False),
-            root=(next_a + next_b) / 2,
-            found=jnp.array(False),
-        )
+        state = _bracketed(next_a, next_b, next_fa, next_fb, d, fd, nan, nan, has_e=False)
         state = self._with_root(state, c, fc)
         state = self._with_root(state, b, fb)
         return self._with_root(state, a, fa)
@@ -192,19 +197,7 @@ class Toms748(optx.AbstractRootFinder):
             for new, old in zip(bisected, (a, b, fa, fb, d, fd), strict=True)
         )
 
-        new_state = _Toms748State(
-            a=a,
-            b=b,
-            fa=fa,
-            fb=fb,
-            d=d,
-            fd=fd,
-            e=e,
-            fe=fe,
-            has_e=jnp.array(True),
-            root=(a + b) / 2,
-            found=jnp.array(False),
-        )
+        new_state = _bracketed(a, b, fa, fb, d, fd, e, fe, has_e=True)
         new_state = self._with_root(new_state, z, jnp.where(bisects, fz, 1.0))
         new_state = self._with_root(new_state, *second_zero)
         new_state = self._with_root(new_state, *first_zero)
