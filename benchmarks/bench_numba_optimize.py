@@ -118,6 +118,10 @@ CASES: tuple[Case, ...] = (
     Case("root_scalar", "newton", "cubic1"),
     Case("root_scalar", "newton", "cubic1", grad=True),
     Case("root_scalar", "secant", "cubic1"),
+    Case("root_scalar", "brenth", "cubic1", kwargs=(("bracket", (0.0, 3.0)),)),
+    Case("root_scalar", "ridder", "cubic1", kwargs=(("bracket", (0.0, 3.0)),)),
+    Case("root_scalar", "toms748", "cubic1", kwargs=(("bracket", (0.0, 3.0)),)),
+    Case("root_scalar", "halley", "cubic1", kwargs=(("jac", True), ("hess", True))),
 )
 LATENCY_CASES = ("minimize BFGS rosenbrock2", "root hybr cubic3")
 QUICK_LATENCY_CASES = LATENCY_CASES[:1]
@@ -346,6 +350,11 @@ def hand_written_problems() -> dict[tuple[str, str], tuple[Callable, ...]]:
         args[1][0] += 1
         return z**3 + z - args[0], 3.0 * z**2 + 1.0
 
+    @njit
+    def scalar_cubic_with_two_derivatives(z, args):
+        args[1][0] += 1
+        return z**3 + z - args[0], 3.0 * z**2 + 1.0, 6.0 * z
+
     relative_step = float(np.sqrt(np.finfo(np.float64).eps))
 
     @njit
@@ -368,6 +377,7 @@ def hand_written_problems() -> dict[tuple[str, str], tuple[Callable, ...]]:
         ("cubic", "value"): (scalar_cubic,),
         ("cubic", "derivative"): (scalar_cubic_with_derivative,),
         ("cubic", "forward_difference"): (scalar_cubic_forward_difference,),
+        ("cubic", "two_derivatives"): (scalar_cubic_with_two_derivatives,),
     }
 
 
@@ -391,6 +401,7 @@ def _outputs_wanted(plan_solver: str, op) -> str:
         (evaluations.SCALAR_VALUE,): "value",
         (evaluations.SCALAR_VALUE_AND_DERIVATIVE,): "derivative",
         (evaluations.SCALAR_VALUE_AND_FORWARD_DIFFERENCE,): "forward_difference",
+        (evaluations.SCALAR_VALUE_AND_TWO_DERIVATIVES,): "two_derivatives",
     }[wanted]
 
 
@@ -511,15 +522,21 @@ def scipy_evaluations(case: Case) -> str:
         so.minimize_scalar(counted("F", value), method=op.method, **bound, **op.optimizer_kwargs)
         return f"{counts['F']}"
     fprime = counted("J", gradient) if op.jac else None
+    fprime2 = counted("H", lambda x: 6 * x) if op.hess else None
     so.root_scalar(
         counted("F", value),
         x0=float(x0),
         fprime=fprime,
+        fprime2=fprime2,
         method=op.method,
         **bound,
         **op.optimizer_kwargs,
     )
-    return f"{counts['F']}" + (f" +{counts['J']}J" if op.jac else "")
+    return (
+        f"{counts['F']}"
+        + (f" +{counts['J']}J" if op.jac else "")
+        + (f" +{counts['H']}H" if op.hess else "")
+    )
 
 
 def _rosenbrock_shift(x, a):

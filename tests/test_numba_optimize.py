@@ -560,6 +560,101 @@ def test_scalar_method_matches_scipy_including_ift_gradient(scalar_problem, name
     assert_matches_reference(scalar_problem[name], rtol=1e-4 if name == "bounded" else RTOL)
 
 
+SCALAR_ROOT_METHODS = ["brenth", "ridder", "toms748", "halley"]
+SCALAR_ROOT_BRACKET = (0.0, 3.0)
+# Where no method lands on an exact zero of the equation: one that does stops there whatever its
+# budget, and a last-digit difference in cos between the backends would move that stop.
+SCALAR_ROOT_A = 3.0
+
+
+def _scalar_root_equation(z, a, cos=np.cos):
+    return z**3 + cos(z) - a
+
+
+def _scalar_root_scipy_iterations(method: str) -> int:
+    """scipy's own iteration count on `_scalar_root_equation` from 1, default options."""
+    result = scipy.optimize.root_scalar(
+        _scalar_root_equation,
+        args=(SCALAR_ROOT_A,),
+        method=method,
+        bracket=SCALAR_ROOT_BRACKET,
+        x0=1.0,
+        fprime=lambda z, a: 3 * z**2 - np.sin(z),
+        fprime2=lambda z, a: 6 * z - np.cos(z),
+    )
+    assert result.converged, result.flag
+    return result.iterations
+
+
+@pytest.fixture(scope="module")
+def scalar_root_methods_problem():
+    """Per method: the solve at scipy's defaults with its implicit gradient in ``a``, a solve at a
+    loose ``xtol`` (where the iterates, not only the root, must be scipy's), and solves with a
+    ``maxiter`` of scipy's own count and one less."""
+    z = pt.scalar("z")
+    a = pt.scalar("a")
+    equation = _scalar_root_equation(z, a, cos=pt.cos)
+
+    def solve(method, **optimizer_kwargs):
+        derivatives = method == "halley"
+        return root_scalar(
+            equation,
+            z,
+            method=method,
+            jac=derivatives,
+            hess=derivatives,
+            bracket=None if derivatives else SCALAR_ROOT_BRACKET,
+            optimizer_kwargs=optimizer_kwargs,
+        )
+
+    outputs = []
+    for method in SCALAR_ROOT_METHODS:
+        solution, success = solve(method)
+        count = _scalar_root_scipy_iterations(method)
+        outputs += [solution, success, pytensor.grad(solution, a)]
+        outputs += solve(method, xtol=1e-3)
+        for limit in (count - 1, count):
+            outputs += solve(method, maxiter=limit)
+    fn = numba_function([z, a], outputs)
+    values = (np.array(1.0), SCALAR_ROOT_A)
+    got = fn(*values)
+    expected = pytensor.function([z, a], outputs, mode=REFERENCE_MODE)(*values)
+    size = len(outputs) // len(SCALAR_ROOT_METHODS)
+    return {
+        method: (got[i * size : (i + 1) * size], expected[i * size : (i + 1) * size])
+        for i, method in enumerate(SCALAR_ROOT_METHODS)
+    }
+
+
+@pytest.mark.parametrize("method", SCALAR_ROOT_METHODS)
+def test_scalar_root_method_matches_scipy_including_ift_gradient(
+    scalar_root_methods_problem, method
+):
+    got, want = scalar_root_methods_problem[method]
+    assert_matches_reference((got[:3], want[:3]))
+
+
+@pytest.mark.parametrize("method", SCALAR_ROOT_METHODS)
+def test_scalar_root_method_at_a_loose_xtol_stops_at_scipys_iterate(
+    scalar_root_methods_problem, method
+):
+    got, want = scalar_root_methods_problem[method]
+    # Far from the root at 1e-3, so an iterate taken differently than scipy's would show.
+    np.testing.assert_allclose(got[3], want[3], rtol=1e-12)
+    assert bool(got[4]) == bool(want[4]) is True
+
+
+@pytest.mark.parametrize("method", SCALAR_ROOT_METHODS)
+def test_scalar_root_method_budget_verdict_matches_scipy_around_its_own_count(
+    scalar_root_methods_problem, method
+):
+    got, want = scalar_root_methods_problem[method]
+    assert [bool(s) for s in want[6::2]] == [False, True]
+    assert [bool(s) for s in got[6::2]] == [False, True]
+    # The iterate scipy returns out of budget too.
+    np.testing.assert_allclose(got[5::2], want[5::2], rtol=1e-12)
+
+
 def test_scalar_problem_runs_on_floats_only_when_its_inner_graph_is_one_scalar_op():
     z, a, v = pt.scalar("z"), pt.scalar("a"), pt.vector("v")
     problems = [
@@ -704,7 +799,7 @@ def test_newton_cg_stops_at_scipys_update_size(xtol):
     assert bool(got[1]) == bool(want[1]) is True
 
 
-@pytest.mark.parametrize("method", ["brentq", "bisect"])
+@pytest.mark.parametrize("method", ["brentq", "bisect", "brenth", "ridder", "toms748"])
 def test_a_bracket_without_a_sign_change_raises_scipys_error(method):
     # Before: a value with success=False.
     z = pt.scalar("z")
@@ -712,6 +807,28 @@ def test_a_bracket_without_a_sign_change_raises_scipys_error(method):
     fn = numba_function([z], [solution])
     with pytest.raises(ValueError, match=r"f\(a\) and f\(b\) must have different signs"):
         fn(0.5)
+
+
+BRACKETING_ROOT_METHODS = ["brentq", "bisect", "brenth", "ridder", "toms748"]
+
+
+@pytest.mark.parametrize("lower", [0.5, 0.0])
+def test_a_nan_value_stops_the_bracketing_methods_there_as_in_scipy(lower):
+    # scipy's root_scalar returns the point where f is NaN, not converged: at the bracket's end
+    # (lower 0.5), or inside it (lower 0.0: f is NaN on (0.2, 1), where each method's first
+    # trial point falls). Before: toms748 raised ValueError.
+    z = pt.scalar("z")
+    bracket_end = pt.scalar("bracket_end")
+    equation = pt.switch(z < 0.2, z - 1.0, pt.switch(z < 1.0, pt.log(z - 1.0), z**3 - 4.0))
+    outputs = []
+    for method in BRACKETING_ROOT_METHODS:
+        outputs += root_scalar(equation, z, method=method, bracket=pt.stack([bracket_end, 1.8]))
+    values = (np.array(1.0), np.array(lower))
+    want = pytensor.function([z, bracket_end], outputs, mode=REFERENCE_MODE)(*values)
+    got = numba_function([z, bracket_end], outputs)(*values)
+    assert not any(bool(s) for s in want[1::2])
+    assert [bool(s) for s in got[1::2]] == [False] * len(BRACKETING_ROOT_METHODS)
+    np.testing.assert_allclose(got[0::2], want[0::2], rtol=1e-12)
 
 
 def test_a_method_scipy_does_not_know_raises_scipys_error():

@@ -115,15 +115,8 @@ _JAX_TRUST_CONSTR = JaxSupport(frozenset(s.TrustConstrSettings._fields) - _INTER
 _DF_SANE_CALLABLES = frozenset({"fnorm", "eta_strategy"})
 _DF_SANE_NUMERIC = frozenset(s.DFSaneSettings._fields) - _DF_SANE_CALLABLES
 
-_NATIVE_BRACKETING = frozenset({"bisect", "brentq"})
 _BRACKETING_ROOT = tuple(
-    ScipyMethod(
-        name,
-        s.BRACKETING_ROOT,
-        needs_input="bracket",
-        jax=_JAX_ROOT_SCALAR,
-        numba=_NATIVE if name in _NATIVE_BRACKETING else None,
-    )
+    ScipyMethod(name, s.BRACKETING_ROOT, needs_input="bracket", jax=_JAX_ROOT_SCALAR, numba=_NATIVE)
     for name in ("bisect", "brentq", "brenth", "ridder", "toms748")
 )
 
@@ -306,7 +299,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
         _by_key(
             *_BRACKETING_ROOT,
             ScipyMethod("newton", s.NEWTON_SCALAR, jax=_JAX_ROOT_SCALAR, numba=_NATIVE),
-            ScipyMethod("halley", s.NEWTON_SCALAR, jax=_JAX_ROOT_SCALAR),
+            ScipyMethod("halley", s.NEWTON_SCALAR, jax=_JAX_ROOT_SCALAR, numba=_NATIVE_WITH_HESS),
             ScipyMethod("secant", s.SecantSettings(), jax=_JAX_ROOT_SCALAR, numba=_NATIVE),
         ),
         frozenset({"xtol", "rtol", "maxiter", "x1"}),

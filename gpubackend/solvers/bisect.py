@@ -5,6 +5,8 @@ from collections.abc import Callable
 import numpy as np
 from pytensor.link.numba.dispatch.basic import numba_njit
 
+from gpubackend.solvers.bracket_start import make_bracket_start
+
 
 def make_bisect(fun: Callable) -> Callable:
     """``solve(args, x0, bracket, settings: RootScalarSettings) -> (x, converged)``; ``x0`` is
@@ -12,6 +14,7 @@ def make_bisect(fun: Callable) -> Callable:
 
     A bracket without a sign change raises scipy's ``ValueError``.
     """
+    start = make_bracket_start(fun)
 
     @numba_njit
     def solve(args, x0, bracket, settings):
@@ -19,19 +22,17 @@ def make_bisect(fun: Callable) -> Callable:
         if bracket.shape[0] < 2:
             return np.nan, False
         xa, xb = bracket[0], bracket[1]
-        fa = fun(xa, args)
-        fb = fun(xb, args)
-        if fa * fb > 0:
-            raise ValueError("f(a) and f(b) must have different signs")
-        if fa == 0:
-            return xa, True
-        if fb == 0:
-            return xb, True
+        fa, _, stops, x, converged = start(bracket, args)
+        if stops:
+            return x, converged
         dm = xb - xa
         for _ in range(maxiter):
             dm *= 0.5
             xm = xa + dm
             fm = fun(xm, args)
+            # scipy's root_scalar stops at a NaN value of f, there, not converged.
+            if np.isnan(fm):
+                return xm, False
             if fm * fa >= 0:
                 xa = xm
             if fm == 0 or abs(dm) < xtol + rtol * abs(xm):

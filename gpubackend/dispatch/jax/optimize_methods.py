@@ -50,6 +50,7 @@ from gpubackend.dispatch.jax.nonlin_solve import InverseJacobian, NonlinSolve
 from gpubackend.dispatch.jax.nonlinear_cg import ScipyCG
 from gpubackend.dispatch.jax.powell import ScipyPowell
 from gpubackend.dispatch.jax.slsqp import SLSQP
+from gpubackend.dispatch.jax.toms748 import Toms748
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import ScipyTrustRegion
 from gpubackend.dispatch.jax.trust_subproblems import Subproblem
@@ -482,6 +483,13 @@ def _bisection(settings: s.RootScalarSettings, n: int, dtype: str) -> SolverChoi
     return SolverChoice(bisection, settings.maxiter)
 
 
+def _toms748(settings: s.RootScalarSettings, n: int, dtype: str) -> SolverChoice:
+    # scipy counts its first (secant) step, taken in ``init``, as an iteration, and takes at least
+    # one more whatever ``maxiter``.
+    rtol, atol = _floored(dtype, settings.rtol, settings.xtol)
+    return SolverChoice(Toms748(rtol=rtol, atol=atol), max(settings.maxiter - 1, 1))
+
+
 def _newton(settings: s.RootScalarSettings | s.SecantSettings, n: int, dtype: str) -> SolverChoice:
     rtol, atol = _floored(dtype, settings.rtol, settings.xtol)
     return SolverChoice(optx.Newton(rtol=rtol, atol=atol), settings.maxiter)
@@ -516,6 +524,7 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
         for key, method in OP_OPTIONS[RootScalarOp].methods.items()
         if method.jax is not None
     },
+    (RootScalarOp, "toms748"): _toms748,
 }
 """How each method that the table (`gpubackend.scipy_options.methods`) marks for JAX runs on
 optimistix."""

@@ -50,7 +50,7 @@ from gpubackend.solvers.bfgs import make_bfgs
 from gpubackend.solvers.bisect import make_bisect
 from gpubackend.solvers.bounded_minimize import make_bounded_minimize
 from gpubackend.solvers.brent_minimize import make_brent_minimize
-from gpubackend.solvers.brentq import make_brentq
+from gpubackend.solvers.brentq import make_brenth, make_brentq
 from gpubackend.solvers.broyden import make_broyden1, make_broyden2
 from gpubackend.solvers.conjugate_gradient import make_conjugate_gradient
 from gpubackend.solvers.df_sane import make_df_sane
@@ -64,11 +64,13 @@ from gpubackend.solvers.hybrid_powell import make_hybrid_powell
 from gpubackend.solvers.levenberg_marquardt import make_levenberg_marquardt
 from gpubackend.solvers.nelder_mead import make_nelder_mead
 from gpubackend.solvers.newton_cg import make_newton_cg
-from gpubackend.solvers.newton_scalar import make_newton_scalar
+from gpubackend.solvers.newton_scalar import make_halley, make_newton_scalar
 from gpubackend.solvers.powell import make_powell
 from gpubackend.solvers.projected_lbfgs import make_projected_lbfgs
+from gpubackend.solvers.ridder import make_ridder
 from gpubackend.solvers.secant import make_secant
 from gpubackend.solvers.slsqp import make_slsqp
+from gpubackend.solvers.toms748 import make_toms748
 from gpubackend.solvers.trust_constr import make_trust_constr, make_trust_constr_hessian
 from gpubackend.solvers.trust_region_minimize import (
     make_dogleg,
@@ -79,7 +81,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 35
+SOLVER_CACHE_VERSION = 41
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -118,12 +120,16 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Cal
     (MinimizeScalarOp, "bounded"): ((problem.SCALAR_VALUE,), make_bounded_minimize),
     (RootScalarOp, "brentq"): ((problem.SCALAR_VALUE,), make_brentq),
     (RootScalarOp, "bisect"): ((problem.SCALAR_VALUE,), make_bisect),
+    (RootScalarOp, "brenth"): ((problem.SCALAR_VALUE,), make_brenth),
+    (RootScalarOp, "ridder"): ((problem.SCALAR_VALUE,), make_ridder),
+    (RootScalarOp, "toms748"): ((problem.SCALAR_VALUE,), make_toms748),
     (RootScalarOp, "newton"): ((problem.SCALAR_VALUE_AND_DERIVATIVE,), make_newton_scalar),
     (RootScalarOp, "newton-forward-difference"): (
         (problem.SCALAR_VALUE_AND_FORWARD_DIFFERENCE,),
         make_newton_scalar,
     ),
     (RootScalarOp, "secant"): ((problem.SCALAR_VALUE,), make_secant),
+    (RootScalarOp, "halley"): ((problem.SCALAR_VALUE_AND_TWO_DERIVATIVES,), make_halley),
 }
 
 

@@ -150,6 +150,17 @@ def scalar_value_and_forward_difference(inner: Callable, to_inner: Callable) -> 
     return fun
 
 
+def scalar_value_and_two_derivatives(inner: Callable, to_inner: Callable) -> Callable:
+    """``fun(x, args) -> (f, f', f'')`` for a scalar problem with both derivative outputs."""
+
+    @numba_njit
+    def fun(x, args):
+        outputs = inner(to_inner(x), *args)
+        return as_float(outputs[0]), as_float(outputs[1]), as_float(outputs[2])
+
+    return fun
+
+
 def value_gradient_and_hessian(inner: Callable, to_inner: Callable) -> Callable:
     """``fun(x, args) -> (f, grad, hess)`` from an inner graph returning those three."""
 
@@ -180,3 +191,4 @@ JACOBIAN = Evaluation((1,), jacobian)
 SCALAR_VALUE = Evaluation((0,), scalar_value)
 SCALAR_VALUE_AND_DERIVATIVE = Evaluation((0, 1), scalar_value_and_derivative)
 SCALAR_VALUE_AND_FORWARD_DIFFERENCE = Evaluation((0,), scalar_value_and_forward_difference)
+SCALAR_VALUE_AND_TWO_DERIVATIVES = Evaluation((0, 1, 2), scalar_value_and_two_derivatives)
