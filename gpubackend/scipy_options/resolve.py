@@ -186,7 +186,9 @@ def _choice(where: str, choices: Mapping[object, str], value: Any) -> str:
     try:
         choice = choices[value]
     except (KeyError, TypeError):
-        raise ValueError(f"{where} must be one of {list(choices)}, got {value!r}") from None
+        raise ValueError(
+            f"{where} must be one of {sorted(choices, key=repr)}, got {value!r}"
+        ) from None
     if choice in UNHONOURED_CHOICES:
         raise UnsupportedOption(f"{where}: {value!r} is not supported by gpubackend")
     return choice
