@@ -225,9 +225,8 @@ def test_nelder_mead_with_crossed_bounds_raises_scipys_error(mode):
         method="Nelder-Mead",
         optimizer_kwargs={"bounds": [(0.0, 1.0), (2.0, -2.0)]},
     )
-    fn = pytensor.function([x], solution, mode=mode)
     with pytest.raises(ValueError, match="upper bound is less than the corresponding lower"):
-        fn(np.zeros(2))
+        pytensor.function([x], solution, mode=mode)(np.zeros(2))
 
 
 POWELL_OPTIONS = {

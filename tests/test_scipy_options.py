@@ -325,3 +325,44 @@ def test_each_backend_runs_exactly_the_methods_the_table_gives_it():
     # trust-constr with the op's Hessian is a second solver too.
     variants = {(RootScalarOp, "newton-forward-difference"), (MinimizeOp, "trust-constr-hessian")}
     assert set(NATIVE_SOLVERS) - variants == _marked("numba")
+
+
+BOUNDED_METHODS = [
+    name for name, method in OP_OPTIONS[MinimizeOp].methods.items() if "bounds" in method.options()
+]
+
+
+@pytest.mark.parametrize("mode", ["FAST_COMPILE", "NUMBA", "JAX_GPU"])
+@pytest.mark.parametrize("method", BOUNDED_METHODS)
+def test_crossed_bounds_raise_scipys_error_for_every_bounded_method(method, mode):
+    """scipy refuses a box whose upper bound is below its lower one, whatever the method; the
+    lowerings refuse it when they compile (before: NUMBA's L-BFGS-B solved on the crossed box)."""
+    bounds = {"bounds": [(0.0, 1.0), (0.0, 1.0), (2.0, -2.0), (None, None)]}
+    solution, _ = minimize(_rosenbrock(X), X, method=method, optimizer_kwargs=bounds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ObjectModeFallbackWarning)
+        with pytest.raises(ValueError, match="An upper bound is less than the corresponding lower"):
+            pytensor.function([X], solution, mode=mode)(VALUES[0])
+
+
+DERIVATIVE_METHODS = [
+    (name, derivatives)
+    for name, method in OP_OPTIONS[MinimizeOp].methods.items()
+    for derivatives in ({"jac": False}, {"jac": True, "hess": False})
+    if method.needs_hessian or (method.needs_gradient and not derivatives["jac"])
+]
+
+
+@pytest.mark.parametrize("mode", ["FAST_COMPILE", "NUMBA", "JAX_GPU"])
+@pytest.mark.parametrize(("method", "derivatives"), DERIVATIVE_METHODS, ids=str)
+def test_a_method_without_the_derivatives_scipy_needs_raises_scipys_error(
+    method, derivatives, mode
+):
+    """scipy's ValueError, on its first call under FAST_COMPILE and when the lowerings compile
+    (before: NUMBA handed such an op to scipy in object mode, a fallback that could only
+    raise)."""
+    solution, _ = minimize(_rosenbrock(X), X, method=method, **derivatives)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ObjectModeFallbackWarning)
+        with pytest.raises(ValueError, match=r"Jacobian is required|Hessian"):
+            pytensor.function([X], solution, mode=mode)(VALUES[0])

@@ -93,6 +93,7 @@ def resolve(op: ScipyWrapperOp) -> ResolvedOptions:
     options = op_options(op)
     method = scipy_method(op)
     _check_inputs(options.kind, method, op.bound_kwargs)
+    _check_derivatives(options.kind, method, op)
     given = _given_options(options, method, dict(op.optimizer_kwargs))
     fields = method.options()
     if unknown := sorted(set(given) - set(fields)):
@@ -120,6 +121,19 @@ def _check_inputs(kind: str, method: ScipyMethod, bound_inputs: tuple[str, ...])
             f"{kind}(method={method.name!r}) does not take `{method.refuses_input}`"
             + ("; use method='bounded'" if method.refuses_input == "bounds" else "")
         )
+
+
+def _check_derivatives(kind: str, method: ScipyMethod, op: ScipyWrapperOp) -> None:
+    """scipy's refusal of a method without the derivatives it needs (raised on the first call
+    under FAST_COMPILE), raised by both lowerings when they compile, so NUMBA does not hand the
+    op to scipy in object mode only to raise there."""
+    if method.needs_hessian and not (op.jac and op.hess):
+        raise ValueError(
+            f"{kind}(method={method.name!r}) needs the gradient and the Hessian, as scipy does: "
+            "pass jac=True, hess=True"
+        )
+    if method.needs_gradient and not op.jac:
+        raise ValueError(f"Jacobian is required for {method.name} method")
 
 
 def _given_options(
@@ -158,7 +172,7 @@ def _is_given(method: ScipyMethod, name: str, value: Any) -> bool:
 def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any) -> Any:
     where = f"{kind}(method={method.name!r}) option {name!r}"
     if name == "bounds":
-        return _box_bounds(where, value)
+        return _ordered_bounds(_box_bounds(where, value))
     if default is None:
         # A callable option (df-sane's ``fnorm``) or one no backend reads (Nelder-Mead's
         # ``initial_simplex``): taken as given, the lowerings refuse it by name.
@@ -212,6 +226,17 @@ def _nested(kind: str, method: ScipyMethod, name: str, value: Any, default: Name
             if _is_given(method, key, entry)
         }
     )
+
+
+def _ordered_bounds(
+    bounds: tuple[tuple[float, ...], tuple[float, ...]],
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``bounds`` unchanged, or scipy's ``ValueError`` (raised by every bounded method of
+    ``minimize``) where a lower bound is above its upper one."""
+    lowers, uppers = bounds
+    if any(lower > upper for lower, upper in zip(lowers, uppers, strict=True)):
+        raise ValueError("An upper bound is less than the corresponding lower bound.")
+    return bounds
 
 
 def _box_bounds(where: str, bounds: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:

@@ -27,8 +27,8 @@ _NONZERO_DELTA, _ZERO_DELTA = 0.05, 0.00025
 @numba_njit
 def box_bounds(bounds, n):
     """``(lower, upper)`` arrays of length ``n`` from the settings' bound tuples (one entry per
-    element of x, or one for all); a ``ValueError`` as scipy's for any other length or a lower
-    bound above its upper one."""
+    element of x, or one for all; `resolve` has checked their order); a ``ValueError`` as
+    scipy's for any other length."""
     lower, upper = bounds
     if (len(lower) != 1 and len(lower) != n) or len(upper) != len(lower):
         raise ValueError("`bounds` must hold one (lower, upper) pair per element of x")
@@ -36,8 +36,6 @@ def box_bounds(bounds, n):
     for i in range(n):
         lo[i] = lower[0] if len(lower) == 1 else lower[i]
         hi[i] = upper[0] if len(upper) == 1 else upper[i]
-        if lo[i] > hi[i]:
-            raise ValueError("An upper bound is less than the corresponding lower bound.")
     return lo, hi
 
 

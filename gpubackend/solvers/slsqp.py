@@ -86,8 +86,6 @@ def make_slsqp(fun: Callable) -> Callable:
         upper = expand_bound(settings.bounds[1], n)
         x = np.empty(n)
         for i in range(n):
-            if lower[i] > upper[i]:
-                raise ValueError("An upper bound is less than the corresponding lower bound.")
             x[i] = clip(np.float64(x0[i]), lower[i], upper[i])
         f, g = fun(x, args)
         hessian = np.eye(n)

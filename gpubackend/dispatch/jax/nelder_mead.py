@@ -39,8 +39,6 @@ def box_bounds(
     them."""
     if len(lower) not in (1, n) or len(upper) != len(lower):
         raise ValueError("`bounds` must hold one (lower, upper) pair per element of x")
-    if any(lo > hi for lo, hi in zip(lower, upper, strict=True)):
-        raise ValueError("An upper bound is less than the corresponding lower bound.")
     return (
         jnp.broadcast_to(jnp.asarray(lower, dtype), (n,)),
         jnp.broadcast_to(jnp.asarray(upper, dtype), (n,)),

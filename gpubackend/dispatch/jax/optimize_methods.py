@@ -317,8 +317,6 @@ def _slsqp(settings: s.SLSQPSettings, n: int, dtype: str) -> SolverChoice:
     lower, upper = (np.asarray(bound, dtype=np.float64) for bound in settings.bounds)
     if lower.size not in (1, n):
         raise ValueError("minimize `bounds` must hold one (lower, upper) pair per element of x")
-    if np.any(lower > upper):
-        raise ValueError("An upper bound is less than the corresponding lower bound.")
     rtol, atol = _floored(dtype, settings.ftol, settings.ftol)
     solver = SLSQP(
         ftol=settings.ftol,
@@ -554,14 +552,6 @@ def solver_for_size(op: ScipyWrapperOp, dtype: str) -> Callable[[int], SolverCho
     """
     support, build = _jax_support(op)
     resolved = resolve(op)
-    if resolved.method.needs_hessian and not (op.jac and op.hess):
-        raise ValueError(
-            f"minimize(method={resolved.method.name!r}) needs the gradient and the Hessian, as "
-            "scipy does: pass jac=True, hess=True"
-        )
-    if resolved.method.needs_gradient and not op.jac:
-        # scipy's own error, which FAST_COMPILE raises on the first call.
-        raise ValueError(f"Jacobian is required for {resolved.method.name} method")
     resolved.refuse_unless_honoured(support.honours, _BACKEND)
     return lambda n_variables: build(resolved.settings, max(n_variables, 1), dtype)
 
