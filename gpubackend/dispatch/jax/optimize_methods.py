@@ -347,45 +347,52 @@ def _trust_constr(settings: s.TrustConstrSettings, n: int, dtype: str) -> Solver
     return SolverChoice(solver, max(settings.maxiter, 1))
 
 
-def _nelder_mead(settings: s.NelderMeadSettings, n: int, dtype: str) -> SolverChoice:
-    maxiter, maxfev = direct_search_budgets(
-        settings.maxiter, settings.maxfev, n, NELDER_MEAD_PER_VARIABLE
-    )
-    lower, upper = settings.bounds
-    solver = ScipyNelderMead(
-        xatol=settings.xatol,
-        fatol=settings.fatol,
-        adaptive=settings.adaptive,
-        max_iterations=maxiter,
-        max_evaluations=maxfev,
-        lower=lower,
-        upper=upper,
-        rtol=settings.xatol,
-        atol=settings.fatol,
-        norm=optx.max_norm,
-    )
-    # Each step is one iteration and spends at least one evaluation.
-    return SolverChoice(solver, max(1, min(maxiter, maxfev)))
+def _direct_search(
+    solver_type: Callable[..., optx.AbstractMinimiser],
+    per_variable: int,
+    tolerances: Callable[[Any], dict[str, Any]],
+) -> SolverBuilder:
+    """A direct search (Nelder-Mead, Powell) on scipy's budgets and bounds; ``tolerances`` gives
+    the solver's own tolerance fields from the method's settings."""
+
+    def build(settings: Any, n: int, dtype: str) -> SolverChoice:
+        maxiter, maxfev = direct_search_budgets(settings.maxiter, settings.maxfev, n, per_variable)
+        lower, upper = settings.bounds
+        solver = solver_type(
+            **tolerances(settings),
+            max_iterations=maxiter,
+            max_evaluations=maxfev,
+            lower=lower,
+            upper=upper,
+            norm=optx.max_norm,
+        )
+        # Each step is one iteration and spends at least one evaluation.
+        return SolverChoice(solver, max(1, min(maxiter, maxfev)))
+
+    return build
 
 
-def _powell(settings: s.PowellSettings, n: int, dtype: str) -> SolverChoice:
-    maxiter, maxfev = direct_search_budgets(
-        settings.maxiter, settings.maxfev, n, POWELL_PER_VARIABLE
-    )
-    lower, upper = settings.bounds
-    solver = ScipyPowell(
-        xtol=settings.xtol,
-        ftol=settings.ftol,
-        max_iterations=maxiter,
-        max_evaluations=maxfev,
-        lower=lower,
-        upper=upper,
-        rtol=settings.xtol,
-        atol=settings.ftol,
-        norm=optx.max_norm,
-    )
-    # Each step is one iteration and spends at least one evaluation.
-    return SolverChoice(solver, max(1, min(maxiter, maxfev)))
+_nelder_mead = _direct_search(
+    ScipyNelderMead,
+    NELDER_MEAD_PER_VARIABLE,
+    lambda settings: {
+        "xatol": settings.xatol,
+        "fatol": settings.fatol,
+        "adaptive": settings.adaptive,
+        "rtol": settings.xatol,
+        "atol": settings.fatol,
+    },
+)
+_powell = _direct_search(
+    ScipyPowell,
+    POWELL_PER_VARIABLE,
+    lambda settings: {
+        "xtol": settings.xtol,
+        "ftol": settings.ftol,
+        "rtol": settings.xtol,
+        "atol": settings.ftol,
+    },
+)
 
 
 def _hybr(settings: s.HybrSettings, n: int, dtype: str) -> SolverChoice:
