@@ -580,17 +580,47 @@ def test_scalar_methods_that_take_no_start_ignore_a_nan_start():
     assert_matches_reference([y], outputs, [np.nan], "JAX_GPU", rtol=1e-5)
 
 
-def test_a_bracket_without_a_sign_change_gives_nan_and_failure():
-    # scipy raises ValueError("f(a) and f(b) must have different signs"); a traced function
-    # cannot raise without a host read. Before: a finite value (an end of the bracket).
+BRACKETING_METHODS = ("brentq", "bisect", "brenth", "ridder", "toms748")
+
+
+@pytest.mark.parametrize("method", BRACKETING_METHODS)
+def test_a_bracket_without_a_sign_change_raises_scipys_error_on_jax_gpu(method):
+    # JAX_GPU's read raises scipy's error (`while_scan.brackets`). Before: NaN, success False.
+    y, c = pt.scalar("y"), pt.scalar("c")
+    outputs = root_scalar(y**2 + c, y, method=method, bracket=(0.0, 2.0))
+    fn = pytensor.function([y, c], outputs, mode="JAX_GPU")
+    reference = pytensor.function([y, c], outputs, mode="FAST_COMPILE")
+    # The same compiled function, on data with a sign change and without one.
+    np.testing.assert_allclose(fn(0.5, -1.0)[0], reference(0.5, -1.0)[0], rtol=1e-8)
+    for call in (fn, reference):
+        with pytest.raises(ValueError, match=r"^f\(a\) and f\(b\) must have different signs"):
+            call(0.5, 1.0)
+
+
+@pytest.mark.parametrize("c", [0.0, -4.0, np.nan], ids=["zero_at_lower", "zero_at_upper", "nan"])
+def test_a_bracket_ending_at_a_zero_or_a_nan_stops_there_as_scipy_does(c):
+    # scipy accepts these brackets: a zero at an end is the root, a NaN stops without success.
+    y, c_ = pt.scalar("y"), pt.scalar("c")
+    outputs = []
+    for method in BRACKETING_METHODS:
+        outputs += root_scalar(y**2 + c_, y, method=method, bracket=(0.0, 2.0))
+    want = pytensor.function([y, c_], outputs, mode="FAST_COMPILE")(0.5, c)
+    got = compile_checked([y, c_], outputs, [0.5, c], "JAX_GPU")
+    assert [bool(ok) for ok in got[1::2]] == [bool(ok) for ok in want[1::2]]
+    if not np.isnan(c):
+        np.testing.assert_allclose(got[0::2], want[0::2], atol=1e-12)
+
+
+def test_a_bracket_without_a_sign_change_gives_nan_and_failure_under_stock_jax():
+    # Without JAX_GPU's read a traced function cannot raise. Before: a finite value (an end of
+    # the bracket).
     y = pt.scalar("y")
     outputs = []
-    methods = ("brentq", "bisect", "brenth", "ridder", "toms748")
-    for method in methods:
+    for method in BRACKETING_METHODS:
         outputs += root_scalar(y**2 + 1.0, y, method=method, bracket=(0.0, 2.0))
-    got = compile_checked([y], outputs, [0.5], "JAX_GPU")
-    assert np.isnan(got[0::2]).all(), dict(zip(methods, got[0::2], strict=True))
-    assert not np.any(got[1::2]), dict(zip(methods, got[1::2], strict=True))
+    got = compile_checked([y], outputs, [0.5], "JAX")
+    assert np.isnan(got[0::2]).all(), dict(zip(BRACKETING_METHODS, got[0::2], strict=True))
+    assert not np.any(got[1::2]), dict(zip(BRACKETING_METHODS, got[1::2], strict=True))
 
 
 def test_toms748_takes_scipys_iterates_and_verdicts_per_maxiter():

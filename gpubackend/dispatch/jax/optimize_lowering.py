@@ -341,15 +341,16 @@ def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
         # Orient the equation to rise from lower to upper, as the solver is told (flip=False).
         at_lower, at_upper = equation(lower, args), equation(upper, args)
         orientation = jnp.where(at_upper < 0, -1.0, 1.0).astype(x0.dtype)
-        sign_changes = at_lower * at_upper <= 0
+        sign_changes = ~(_same_sign(at_lower, at_upper) | jnp.isnan(at_lower * at_upper))
         rising = lambda y, args: orientation * equation(y, args)  # noqa: E731
         # scipy's bracketing methods ignore x0 (a NaN x0 included): start mid-bracket.
         middle = varying_like(((lower + upper) / 2).astype(x0.dtype), inputs)
         value, success = _solved(
             optx.root_find, rising, choice, middle, args, {"lower": lower, "upper": upper}
         )
-        # scipy raises ValueError("f(a) and f(b) must have different signs") where NUMBA does;
-        # a traced function cannot raise, so the solution is NaN and success False.
+        # scipy raises ValueError("f(a) and f(b) must have different signs") where NUMBA does,
+        # and so does JAX_GPU's read (`bracket_accepted`); a traced function cannot raise, so the
+        # solution is NaN and success False.
         return jnp.where(sign_changes, value, jnp.nan).astype(value.dtype), success & sign_changes
 
     def root_scalar(x0, *inputs):
@@ -358,6 +359,27 @@ def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
         return value, success
 
     return root_scalar
+
+
+def _same_sign(at_lower: jax.Array, at_upper: jax.Array) -> jax.Array:
+    """Both ends nonzero on the same side of zero (by sign bit, as scipy's C code, so that no
+    product underflows to zero)."""
+    return (at_lower != 0) & (at_upper != 0) & (jnp.signbit(at_lower) == jnp.signbit(at_upper))
+
+
+def bracket_accepted(op: RootScalarOp, **kwargs) -> Callable[..., jax.Array]:
+    """``accepted(x0, *inputs)``: False exactly where scipy's bracketing methods raise
+    ``ValueError("f(a) and f(b) must have different signs")`` on the op's bracket (``f`` of
+    one sign at both ends; a zero or a NaN at an end stops them instead)."""
+    equation, _, _ = _objective(op, dict(kwargs))
+
+    def accepted(x0, *inputs):
+        args, bounds = _bounds_by_name(op, (x0, *inputs))
+        at_lower = equation(bounds["bracket"][0], args)
+        at_upper = equation(bounds["bracket"][1], args)
+        return ~_same_sign(at_lower, at_upper) | jnp.isnan(at_lower) | jnp.isnan(at_upper)
+
+    return accepted
 
 
 LOWERINGS: dict[type, Callable[..., Callable]] = {
