@@ -366,3 +366,17 @@ def test_a_method_without_the_derivatives_scipy_needs_raises_scipys_error(
         warnings.simplefilter("error", ObjectModeFallbackWarning)
         with pytest.raises(ValueError, match=r"Jacobian is required|Hessian"):
             pytensor.function([X], solution, mode=mode)(VALUES[0])
+
+
+@pytest.mark.parametrize("mode", ["FAST_COMPILE", "NUMBA", "JAX_GPU"])
+@pytest.mark.parametrize("wolfe", [{"c1": 0.5, "c2": 0.4}, {"c1": 0.0}, {"c2": 1.0}], ids=str)
+@pytest.mark.parametrize("method", ["BFGS", "CG", "Newton-CG"])
+def test_wolfe_constants_out_of_order_raise_scipys_error(method, wolfe, mode):
+    """scipy refuses Wolfe constants unless ``0 < c1 < c2 < 1``. Before: NUMBA searched with them,
+    JAX_GPU refused BFGS's and CG's as unsupported options and ran Newton-CG's."""
+    hess = method == "Newton-CG"
+    solution, _ = minimize(
+        _rosenbrock(X), X, method=method, hess=hess, optimizer_kwargs={"options": wolfe}
+    )
+    with pytest.raises(ValueError, match=r"'c1' and 'c2' do not satisfy'0 < c1 < c2 < 1'"):
+        pytensor.function([X], solution, mode=mode)(VALUES[0])

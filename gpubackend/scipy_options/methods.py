@@ -147,13 +147,19 @@ OP_OPTIONS: dict[type, OpOptions] = {
         "minimize",
         _by_key(
             ScipyMethod(
-                "BFGS", s.BFGS, ("gtol",), jax=JaxSupport(_ITERATIONS), numba=_NATIVE_WITH_JAC
+                "BFGS",
+                s.BFGS,
+                ("gtol",),
+                refusal=s.wolfe_refusal,
+                jax=JaxSupport(_ITERATIONS),
+                numba=_NATIVE_WITH_JAC,
             ),
             ScipyMethod(
                 "CG",
                 s.CG,
                 ("gtol",),
                 lacks=frozenset({"xrtol"}),
+                refusal=s.wolfe_refusal,
                 jax=JaxSupport(_ITERATIONS),
                 numba=_NATIVE_WITH_JAC,
             ),
@@ -183,6 +189,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 s.NewtonCGSettings(),
                 ("xtol",),
                 needs_gradient=True,
+                refusal=s.wolfe_refusal,
                 jax=JaxSupport(frozenset({"xtol", "maxiter", "c1", "c2"})),
                 numba=_NATIVE_WITH_HESS,
             ),

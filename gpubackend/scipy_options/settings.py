@@ -83,6 +83,13 @@ class TrustRegionSettings(NamedTuple):
     inexact: bool = True
 
 
+def wolfe_refusal(settings: LineSearchSettings | NewtonCGSettings) -> str | None:
+    """scipy's refusal of Wolfe constants out of order (BFGS, CG, Newton-CG), or None."""
+    if not 0.0 < settings.c1 < settings.c2 < 1.0:
+        return "'c1' and 'c2' do not satisfy'0 < c1 < c2 < 1'."
+    return None
+
+
 def trust_region_refusal(settings: TrustRegionSettings) -> str | None:
     """What scipy's ``_minimize_trust_region`` refuses in ``settings`` before it evaluates
     anything, or None."""
