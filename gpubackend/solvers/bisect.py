@@ -19,12 +19,10 @@ def make_bisect(fun: Callable) -> Callable:
     @numba_njit
     def solve(args, x0, bracket, settings):
         xtol, rtol, maxiter = settings.xtol, settings.rtol, settings.maxiter
-        if bracket.shape[0] < 2:
-            return np.nan, False
-        xa, xb = bracket[0], bracket[1]
         fa, _, stops, x, converged = start(bracket, args)
         if stops:
             return x, converged
+        xa, xb = bracket[0], bracket[1]
         dm = xb - xa
         for _ in range(maxiter):
             dm *= 0.5

@@ -10,11 +10,13 @@ from pytensor.link.numba.dispatch.basic import numba_njit
 def make_bracket_start(fun: Callable) -> Callable:
     """``start(bracket, args) -> (fa, fb, stops, x, converged)``: ``f`` at the bracket's ends, and
     whether scipy stops there, at ``x``: at a zero of ``f`` (converged) or at a NaN value (not
-    converged, as scipy's ``root_scalar`` reports it). A bracket without a sign change raises
-    scipy's ``ValueError``."""
+    converged, as scipy's ``root_scalar`` reports it); a bracket of fewer than two ends stops at
+    NaN. A bracket without a sign change raises scipy's ``ValueError``."""
 
     @numba_njit(inline="always")
     def start(bracket, args):
+        if bracket.shape[0] < 2:
+            return np.nan, np.nan, True, np.nan, False
         xa, xb = bracket[0], bracket[1]
         fa = fun(xa, args)
         if np.isnan(fa):

@@ -30,13 +30,11 @@ def _make_brent_root(fun: Callable, extrapolated_step: Callable) -> Callable:
     @numba_njit
     def solve(args, x0, bracket, settings):
         xtol, rtol, maxiter = settings.xtol, settings.rtol, settings.maxiter
-        if bracket.shape[0] < 2:
-            return np.nan, False
-        xpre, xcur = bracket[0], bracket[1]
-        xblk = fblk = spre = scur = 0.0
         fpre, fcur, stops, x, converged = start(bracket, args)
         if stops:
             return x, converged
+        xpre, xcur = bracket[0], bracket[1]
+        xblk = fblk = spre = scur = 0.0
         for _ in range(maxiter):
             if fpre != 0 and fcur != 0 and np.signbit(fpre) != np.signbit(fcur):
                 xblk, fblk = xpre, fpre

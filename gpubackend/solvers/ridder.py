@@ -21,14 +21,12 @@ def make_ridder(fun: Callable) -> Callable:
     @numba_njit
     def solve(args, x0, bracket, settings):
         xtol, rtol, maxiter = settings.xtol, settings.rtol, settings.maxiter
-        if bracket.shape[0] < 2:
-            return np.nan, False
-        xa, xb = bracket[0], bracket[1]
-        # scipy's first tolerance; each iteration then takes ``xtol + rtol * xn`` (xn signed).
-        tol = xtol + rtol * min(abs(xa), abs(xb))
         fa, fb, stops, x, converged = start(bracket, args)
         if stops:
             return x, converged
+        xa, xb = bracket[0], bracket[1]
+        # scipy's first tolerance; each iteration then takes ``xtol + rtol * xn`` (xn signed).
+        tol = xtol + rtol * min(abs(xa), abs(xb))
         xn = 0.0
         for _ in range(maxiter):
             dm = 0.5 * (xb - xa)
