@@ -746,14 +746,19 @@ def test_cache_key_depends_on_solver_settings():
     assert keys[0] != keys[1]
 
 
-def test_trust_exact_from_a_nan_start_raises_scipys_error():
-    # Before: NaN with success=True.
-    x = pt.vector("x")
-    objective = ((x - 1.0) ** 2).sum() + 0.1 * (x**4).sum()
-    solution, _ = minimize(objective, x, method="trust-exact", jac=True, hess=True)
-    fn = numba_function([x], [solution])
-    with pytest.raises(ValueError, match="array must not contain infs or NaNs"):
-        fn(np.array([np.nan, 0.0]))
+@pytest.mark.parametrize("method", ["trust-exact", "trust-ncg", "dogleg"])
+def test_trust_region_at_a_non_finite_gradient_raises_scipys_error(method):
+    # scipy takes the gradient's norm with scipy.linalg.norm, which refuses NaN. Before: trust-exact
+    # gave NaN with success=True; trust-ncg and dogleg returned the start with success=True.
+    x, a = pt.vector("x"), pt.scalar("a")
+    objective = ((x - a) ** 2).sum() + 0.1 * (x**4).sum()
+    solution, _ = minimize(objective, x, method=method, jac=True, hess=True)
+    fn = numba_function([x, a], [solution])
+    reference = pytensor.function([x, a], [solution], mode=REFERENCE_MODE)
+    for call in (fn, reference):
+        for start, shift in [(np.array([np.nan, 0.0]), 1.0), (np.array([0.5, 0.0]), np.nan)]:
+            with pytest.raises(ValueError, match="array must not contain infs or NaNs"):
+                call(start, shift)
 
 
 def test_bfgs_out_of_iterations_at_the_optimum_fails_as_in_scipy():

@@ -5,8 +5,9 @@ The radius starts at ``initial_trust_radius`` and never exceeds
 ``max_trust_radius``; a step is accepted when ``rho > eta``; the loop stops
 with success when ``|g|_2 < gtol`` (checked before the iteration budget, as
 scipy does), and fails when the budget runs out, the model predicts no
-decrease, or the subproblem fails (scipy's ``LinAlgError``). ``fun(x, args)``
-returns ``(f, grad, hess)``.
+decrease, or the subproblem fails (scipy's ``LinAlgError``); a non-finite
+gradient at the start or at an accepted point raises scipy's ``ValueError``.
+``fun(x, args)`` returns ``(f, grad, hess)``.
 
 Each subproblem is ``subproblem(hess, grad, radius) -> (step, hits_boundary, solved)``;
 ``check_hessian(hess)`` runs on every Hessian evaluated and raises where scipy's
@@ -24,6 +25,16 @@ from gpubackend.solvers.trust_exact import exact_subproblem, refuse_non_finite
 from gpubackend.solvers.trust_subproblems import dogleg_subproblem, steihaug_cg_subproblem
 
 
+@numba_njit(inline="always")
+def _gradient_norm(g):
+    """``|g|_2``, or scipy's ``ValueError`` where ``g`` is not finite: scipy's subproblem takes
+    it with ``scipy.linalg.norm``, which checks, at the start and at each accepted point."""
+    for value in g:
+        if not np.isfinite(value):
+            raise ValueError("array must not contain infs or NaNs")
+    return norm(g)
+
+
 @numba_njit
 def _accept_any(hessian):
     """scipy's CG-Steihaug and dogleg subproblems look at the Hessian only when they solve."""
@@ -39,7 +50,7 @@ def make_trust_region_minimize(fun: Callable, subproblem: Callable, check_hessia
         maxiter = minimize_maxiter(settings.maxiter, x.shape[0])
         f, g, h = fun(x, args)
         check_hessian(h)
-        if not norm(g) >= gtol:
+        if _gradient_norm(g) < gtol:
             return x, True
         k = 0
         while True:
@@ -62,7 +73,7 @@ def make_trust_region_minimize(fun: Callable, subproblem: Callable, check_hessia
             if rho > settings.eta:
                 x, f, g, h = x_new, f_new, g_new, h_new
             k += 1
-            if norm(g) < gtol:
+            if _gradient_norm(g) < gtol:
                 return x, True
             if k >= maxiter:
                 return x, False
