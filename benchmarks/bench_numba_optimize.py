@@ -88,6 +88,7 @@ CASES: tuple[Case, ...] = (
     Case("minimize", "L-BFGS-B", "rosenbrock2"),
     Case("minimize", "Newton-CG", "rosenbrock2", kwargs=(("hess", True),)),
     Case("minimize", "trust-exact", "rosenbrock2", kwargs=(("hess", True),)),
+    Case("minimize", "trust-krylov", "rosenbrock2", kwargs=(("hess", True),)),
     Case("minimize", "trust-ncg", "rosenbrock2", kwargs=(("hess", True),)),
     Case("minimize", "dogleg", "rosenbrock2", kwargs=(("hess", True),)),
     Case("minimize", "SLSQP", "rosenbrock2"),

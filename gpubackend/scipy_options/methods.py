@@ -216,6 +216,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 needs_hessian=True,
                 refusal=s.trust_region_refusal,
                 jax=_JAX_TRUST_REGION,
+                numba=_NATIVE_WITH_HESS,
             ),
             *(
                 ScipyMethod(

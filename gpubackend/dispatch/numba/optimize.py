@@ -75,13 +75,14 @@ from gpubackend.solvers.trust_constr import make_trust_constr, make_trust_constr
 from gpubackend.solvers.trust_region_minimize import (
     make_dogleg,
     make_trust_exact,
+    make_trust_krylov,
     make_trust_ncg,
 )
 
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 51
+SOLVER_CACHE_VERSION = 52
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -98,6 +99,7 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Cal
     (MinimizeOp, "nelder-mead"): ((problem.VALUE,), make_nelder_mead),
     (MinimizeOp, "powell"): ((problem.VALUE,), make_powell),
     (MinimizeOp, "trust-exact"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_exact),
+    (MinimizeOp, "trust-krylov"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_krylov),
     (MinimizeOp, "trust-ncg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_ncg),
     (MinimizeOp, "dogleg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_dogleg),
     (MinimizeOp, "slsqp"): ((problem.VALUE_AND_GRADIENT,), make_slsqp),
