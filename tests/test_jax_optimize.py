@@ -647,6 +647,87 @@ def test_toms748_takes_scipys_iterates_and_verdicts_per_maxiter():
     np.testing.assert_allclose(got[-1], want[-1], rtol=1e-6)
 
 
+# The iterations scipy's bracketing methods take to converge on ``z**3 + cos(z) = a`` at a=3 in
+# [0, 3], at default tolerances (the equation rising) and at xtol = rtol = 1e-3 (falling).
+_BRACKETING_ITERATIONS = {
+    "bisect": (41, 11),
+    "brentq": (11, 8),
+    "brenth": (11, 8),
+    "ridder": (5, 3),
+}
+_LOOSE = {"xtol": 1e-3, "rtol": 1e-3}
+
+
+def test_bracketing_methods_take_scipys_iterates_and_verdicts_per_maxiter():
+    # scipy's C loops (bisect.c, brentq.c, brenth.c, ridder.c), one optimistix step per
+    # iteration. Before: optimistix's Bisection stood in for all four, out of budget where brentq,
+    # brenth and ridder converge, its iterates bisection's.
+    z, a = pt.scalar("z"), pt.scalar("a")
+    rising = z**3 + pt.cos(z) - a
+    cases = []
+    for method, (default_iterations, loose_iterations) in _BRACKETING_ITERATIONS.items():
+        for equation, tolerances, iterations in [
+            (rising, {}, default_iterations),
+            (-rising, _LOOSE, loose_iterations),
+        ]:
+            # One past convergence too: scipy's verdicts go False ... False, True, True.
+            cases += [
+                (method, equation, {**tolerances, "maxiter": limit})
+                for limit in range(1, iterations + 2)
+            ]
+    outputs = []
+    for method, equation, options in cases:
+        outputs += root_scalar(
+            equation, z, method=method, bracket=(0.0, 3.0), optimizer_kwargs=options
+        )
+    gradients = [
+        pytensor.grad(root_scalar(rising, z, method=method, bracket=(0.0, 3.0))[0], a)
+        for method in _BRACKETING_ITERATIONS
+    ]
+    values = [np.array(1.0), np.array(3.0)]
+    want = pytensor.function([z, a], outputs + gradients, mode="FAST_COMPILE")(*values)
+    got = compile_checked([z, a], outputs + gradients, values, "JAX_GPU")
+    # The table above is scipy's: each run converges exactly at its last two limits.
+    assert [bool(s) for s in want[1 : len(outputs) : 2]] == [
+        options["maxiter"] >= _BRACKETING_ITERATIONS[method][0 if "xtol" not in options else 1]
+        for method, _, options in cases
+    ]
+    for position, (method, _, options) in enumerate(cases):
+        case = f"{method} {options}"
+        assert bool(got[2 * position + 1]) == bool(want[2 * position + 1]), case
+        # Within scipy's default xtol (2e-12): the last steps depend on f's last digits near the
+        # root, which the backends' cos need not share (scipy on JAX's cos gives these iterates
+        # bit for bit).
+        np.testing.assert_allclose(got[2 * position], want[2 * position], rtol=1e-11, err_msg=case)
+    np.testing.assert_allclose(got[len(outputs) :], want[len(outputs) :], rtol=1e-6)
+
+
+def test_bracketing_methods_stop_at_a_nan_value_and_at_an_exact_zero_as_scipy_does():
+    # scipy stops at a NaN value of f (not converged) and at an exact zero (converged), tested
+    # where scipy tests it: brentq's and brenth's zero found by the last step allowed is not
+    # tested, so not converged. Before: bisection went on past both.
+    z = pt.scalar("z")
+    nan_inside = z - 0.3 + 1e-300 * pt.sqrt(z**2 - 0.25)  # NaN in (-0.5, 0.5)
+    zero_at_middle = z - 1.5
+    outputs = []
+    for method in _BRACKETING_ITERATIONS:
+        outputs += root_scalar(nan_inside, z, method=method, bracket=(-2.0, 2.5))[1:]
+        for limit in (1, 2):
+            outputs += root_scalar(
+                zero_at_middle,
+                z,
+                method=method,
+                bracket=(0.0, 3.0),
+                optimizer_kwargs={"maxiter": limit},
+            )
+    want = pytensor.function([z], outputs, mode="FAST_COMPILE")(1.0)
+    got = compile_checked([z], outputs, [1.0], "JAX_GPU")
+    verdicts = [bool(s) for s in want[0::5] + want[2::5] + want[4::5]]
+    assert verdicts == [False] * 4 + [True, False, False, True] + [True] * 4
+    assert [bool(s) for s in got[0::5] + got[2::5] + got[4::5]] == verdicts
+    np.testing.assert_array_equal(got[1::5] + got[3::5], want[1::5] + want[3::5])
+
+
 def test_bounded_stops_within_xatol_as_scipy_does():
     # Before: xatol was a relative tolerance of the offset from the lower bound, and at
     # tol=1e-4 the solve stopped 6.5e-4 from the minimum (gradient 1e-2; scipy's 8e-5).

@@ -338,15 +338,13 @@ def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
         if not brackets:
             return _solved(optx.root_find, equation, choice, x0, args)
         lower, upper = bounds["bracket"][0], bounds["bracket"][1]
-        # Orient the equation to rise from lower to upper, as the solver is told (flip=False).
+        # The solvers see the equation as scipy does, its signs as given.
         at_lower, at_upper = equation(lower, args), equation(upper, args)
-        orientation = jnp.where(at_upper < 0, -1.0, 1.0).astype(x0.dtype)
         sign_changes = ~(_same_sign(at_lower, at_upper) | jnp.isnan(at_lower * at_upper))
-        rising = lambda y, args: orientation * equation(y, args)  # noqa: E731
         # scipy's bracketing methods ignore x0 (a NaN x0 included): start mid-bracket.
         middle = varying_like(((lower + upper) / 2).astype(x0.dtype), inputs)
         value, success = _solved(
-            optx.root_find, rising, choice, middle, args, {"lower": lower, "upper": upper}
+            optx.root_find, equation, choice, middle, args, {"lower": lower, "upper": upper}
         )
         # scipy raises ValueError("f(a) and f(b) must have different signs") where NUMBA does,
         # and so does JAX_GPU's read (`bracket_accepted`); a traced function cannot raise, so the

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import equinox as eqx
@@ -31,6 +32,8 @@ from pytensor.tensor.optimize import (
 )
 
 from gpubackend.dispatch.jax import trust_subproblems
+from gpubackend.dispatch.jax.bisect import Bisect
+from gpubackend.dispatch.jax.brent_roots import BrentRoot, hyperbolic_step, inverse_quadratic_step
 from gpubackend.dispatch.jax.broyden import BroydenFirst, BroydenSecond
 from gpubackend.dispatch.jax.df_sane import SpectralResidual
 from gpubackend.dispatch.jax.diagonal_jacobians import (
@@ -49,6 +52,7 @@ from gpubackend.dispatch.jax.noise_aware_search import (
 from gpubackend.dispatch.jax.nonlin_solve import InverseJacobian, NonlinSolve
 from gpubackend.dispatch.jax.nonlinear_cg import ScipyCG
 from gpubackend.dispatch.jax.powell import ScipyPowell
+from gpubackend.dispatch.jax.ridder import Ridder
 from gpubackend.dispatch.jax.slsqp import SLSQP
 from gpubackend.dispatch.jax.toms748 import Toms748
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
@@ -480,12 +484,15 @@ def _bounded_minimize(settings: s.BoundedMinimizeSettings, n: int, dtype: str) -
     return SolverChoice(golden, settings.maxiter)
 
 
-def _bisection(settings: s.RootScalarSettings, n: int, dtype: str) -> SolverChoice:
-    # The lowering orients the equation so that it rises across the bracket:
-    # optimistix's own sign detection raises inside the compiled function.
-    rtol, atol = _floored(dtype, settings.rtol, settings.xtol)
-    bisection: optx.AbstractRootFinder = optx.Bisection(rtol=rtol, atol=atol, flip=False)  # type: ignore[call-arg]
-    return SolverChoice(bisection, settings.maxiter)
+def _bracketing(finder: Callable[[float, float], optx.AbstractRootFinder]) -> SolverBuilder:
+    """The builder of a port of scipy's C bracketing methods, made by ``finder(rtol, atol)``: one
+    optimistix step per scipy iteration, so the budget is ``maxiter``."""
+
+    def build(settings: s.RootScalarSettings, n: int, dtype: str) -> SolverChoice:
+        rtol, atol = _floored(dtype, settings.rtol, settings.xtol)
+        return SolverChoice(finder(rtol, atol), settings.maxiter)
+
+    return build
 
 
 def _toms748(settings: s.RootScalarSettings, n: int, dtype: str) -> SolverChoice:
@@ -525,10 +532,16 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeScalarOp, "golden"): _bracket_minimize,
     (MinimizeScalarOp, "bounded"): _bounded_minimize,
     **{
-        (RootScalarOp, key): _bisection if method.needs_input == "bracket" else _newton
+        (RootScalarOp, key): _newton
         for key, method in OP_OPTIONS[RootScalarOp].methods.items()
-        if method.jax is not None
+        if method.jax is not None and method.needs_input != "bracket"
     },
+    (RootScalarOp, "bisect"): _bracketing(Bisect),
+    (RootScalarOp, "brentq"): _bracketing(
+        partial(BrentRoot, extrapolated_step=inverse_quadratic_step)
+    ),
+    (RootScalarOp, "brenth"): _bracketing(partial(BrentRoot, extrapolated_step=hyperbolic_step)),
+    (RootScalarOp, "ridder"): _bracketing(Ridder),
     (RootScalarOp, "toms748"): _toms748,
 }
 """How each method that the table (`gpubackend.scipy_options.methods`) marks for JAX runs on
