@@ -54,6 +54,7 @@ from gpubackend.dispatch.jax.optimize_methods import (
     solver_for_size,
 )
 from gpubackend.dispatch.jax.powell import ScipyPowell
+from gpubackend.dispatch.jax.projected_lbfgs import ProjectedLBFGS
 from gpubackend.dispatch.jax.slsqp import SLSQP
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import DERIVATIVES_OPTION, ScipyTrustRegion
@@ -146,6 +147,37 @@ def _in_mesh_stand_in(solve: Callable, fn: Objective, choice: SolverChoice, x0, 
     return value.astype(x0.dtype), success
 
 
+# Minimisers whose own steps trace inside a manual mesh but not optimistix's loop around them
+# (equinox's loop starts its "previous step ran" flag unvarying, their verdict varies over the
+# mesh): there a plain loop of their steps runs them (`_stepped_in_mesh`), not `damped_newton`,
+# which knows no bounds.
+_STEPPED_IN_MESH = (ProjectedLBFGS,)
+
+
+def _stepped_in_mesh(choice: SolverChoice, fn: Objective, x0, args: tuple, options: dict | None):
+    """``(solution, success)``: ``choice``'s minimiser stepped by a `jax.lax.while_loop` whose
+    carry starts as varying over the mesh as its steps make it, for at most its ``max_steps``."""
+    solver, tags = choice.solver, frozenset[object]()
+    state = solver.init(fn, x0, args, options, None, None, tags)
+
+    def running(carry):
+        steps, y, state = carry
+        done, _ = solver.terminate(fn, y, args, options, state, tags)
+        return ~done & (steps < choice.max_steps)
+
+    def stepped(carry):
+        steps, y, state = carry
+        y, state, _ = solver.step(fn, y, args, options, state, tags)
+        return steps + 1, y, state
+
+    start = (jnp.array(0), x0, state)
+    start = jax.tree.map(lambda leaf: varying_like(leaf, (x0, args)), start)
+    _, y, state = jax.lax.while_loop(running, stepped, start)
+    done, result = solver.terminate(fn, y, args, options, state, tags)
+    y, _, _ = solver.postprocess(fn, y, None, args, options, state, tags, result)
+    return y, done & (result == optx.RESULTS.successful)
+
+
 def _untraceable_in_mesh(choice: SolverChoice) -> bool:
     solver = choice.solver
     if isinstance(solver, ScipyIterations):
@@ -169,6 +201,9 @@ def _solved(
     """
     if _untraceable_in_mesh(choice):
         value, success = _in_mesh_stand_in(solve, fn, choice, x0, args)
+    elif isinstance(choice.solver, _STEPPED_IN_MESH) and damped_newton.in_manual_mesh():
+        value, success = _stepped_in_mesh(choice, fn, x0, args, options)
+        value = value.astype(x0.dtype)
     else:
         solution = solve(
             fn,
