@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import optimistix as optx
 
-from gpubackend.dispatch.jax.implicit import varying_like
+from gpubackend.dispatch.jax.implicit import varying_leaves_like, varying_like
 from gpubackend.dispatch.jax.newton_cg import flat_value_gradient
 from gpubackend.dispatch.jax.scipy_status import status_verdict
 
@@ -98,12 +98,6 @@ def _remembered(history: _History, step, gradient_change) -> _History:
     )
 
 
-def _varying_like_values(tree, values):
-    """``tree``'s leaves varying over the manual mesh axes (``shard_map``) ``values`` vary over:
-    a loop's carry must start as varying as its body makes it."""
-    return jax.tree.map(lambda leaf: varying_like(leaf, values), tree)
-
-
 class ProjectedLBFGS(optx.AbstractMinimiser):
     """The Numba solver's projected L-BFGS inside ``lower <= x <= upper``."""
 
@@ -152,7 +146,7 @@ class ProjectedLBFGS(optx.AbstractMinimiser):
             iterations=iterations,
             status=self._status_before_iteration(x, gradient, lower, upper, iterations),
         )
-        return _varying_like_values(state, (f, gradient))
+        return varying_leaves_like(state, (f, gradient))
 
     def step(self, fn, y, args, options, state: _ProjectedLBFGSState, tags):
         evaluate = flat_value_gradient(y, args, options)
@@ -197,7 +191,7 @@ class ProjectedLBFGS(optx.AbstractMinimiser):
         _, _, x_new, f_new, gradient_new, evaluations, (accepted, _) = jax.lax.while_loop(
             searching,
             backtrack,
-            _varying_like_values(
+            varying_leaves_like(
                 (
                     jnp.array(0),
                     step,
