@@ -167,7 +167,9 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 "L-BFGS-B",
                 s.LBFGSBSettings(),
                 ("ftol", "gtol"),
-                jax=JaxSupport(frozenset({"ftol", "gtol", "maxiter", "maxfun", "maxcor"})),
+                jax=JaxSupport(
+                    frozenset({"ftol", "gtol", "maxiter", "maxfun", "maxcor", "bounds"})
+                ),
                 numba=_NATIVE_WITH_JAC,
             ),
             ScipyMethod(

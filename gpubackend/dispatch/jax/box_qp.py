@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve
 
+from gpubackend.dispatch.jax.implicit import varying_leaves_like
+
 FREE, AT_LOWER, AT_UPPER = 0, 1, 2
 
 
@@ -62,7 +64,10 @@ def box_qp(hessian, gradient, lower, upper, max_changes: int) -> tuple[jax.Array
 
     start = jnp.clip(jnp.zeros_like(gradient), lower, upper)
     state = jnp.zeros(n, dtype=jnp.int8)
-    s, _, _, finished, factored = jax.lax.while_loop(
-        unfinished, body, (start, state, jnp.array(0), jnp.array(False), jnp.array(True))
+    # Inside a manual mesh the carry starts as varying as the problem, as the body makes it.
+    carry = varying_leaves_like(
+        (start, state, jnp.array(0), jnp.array(False), jnp.array(True)),
+        (hessian, gradient, lower, upper),
     )
+    s, _, _, finished, factored = jax.lax.while_loop(unfinished, body, carry)
     return s, finished & factored

@@ -54,6 +54,12 @@ def varying_like(start: jax.Array, inputs: tuple[Any, ...]) -> jax.Array:
     return jax.lax.pcast(start, missing, to="varying")
 
 
+def varying_leaves_like(tree: Any, inputs: tuple[Any, ...]) -> Any:
+    """``tree`` with every leaf `varying_like` ``inputs``: a loop's carry, inside a manual mesh,
+    must start as varying as its body makes it."""
+    return jax.tree.map(lambda leaf: varying_like(leaf, inputs), tree)
+
+
 def _no_tangent(value: jax.Array) -> Any:
     """The zero tangent of a boolean, of its manual-mesh type (``float0`` with ``value``'s
     varying axes)."""

@@ -36,7 +36,11 @@ from gpubackend.dispatch.jax import damped_newton
 from gpubackend.dispatch.jax.bracket import expand_bracket
 from gpubackend.dispatch.jax.df_sane import SpectralResidual
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
-from gpubackend.dispatch.jax.implicit import implicitly_differentiated, varying_like
+from gpubackend.dispatch.jax.implicit import (
+    implicitly_differentiated,
+    varying_leaves_like,
+    varying_like,
+)
 from gpubackend.dispatch.jax.index_checks import (
     check_objective_at,
     index_checked_nodes,
@@ -54,6 +58,7 @@ from gpubackend.dispatch.jax.optimize_methods import (
     solver_for_size,
 )
 from gpubackend.dispatch.jax.powell import ScipyPowell
+from gpubackend.dispatch.jax.projected_lbfgs import ProjectedLBFGS
 from gpubackend.dispatch.jax.slsqp import SLSQP
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import DERIVATIVES_OPTION, ScipyTrustRegion
@@ -122,7 +127,6 @@ _UNTRACEABLE_IN_MESH = (
     # over the mesh (scipy's, in the state) makes it varying.
     ScipyTrustRegion,
     # Their objective, closure-converted by optimistix, refuses the tracers of its own gradient.
-    SLSQP,
     TrustConstr,
     ScipyNewtonCG,
     # The line search's loops (`wolfe_search`) start their carries unvarying over the mesh.
@@ -144,6 +148,42 @@ def _in_mesh_stand_in(solve: Callable, fn: Objective, choice: SolverChoice, x0, 
     plain = damped_newton.minimise if solve is optx.minimise else damped_newton.root_find
     value, success = plain(fn, x0, args, tolerances, budget)
     return value.astype(x0.dtype), success
+
+
+# Minimisers with box bounds whose own steps trace inside a manual mesh but not optimistix's
+# loop around them (equinox's loop starts its "previous step ran" flag unvarying where their
+# verdict varies; optimistix's closure-converted objective refuses the tracers of SLSQP's
+# gradient): there a plain loop of their steps runs them (`_stepped_in_mesh`), not
+# `damped_newton`, which knows no bounds.
+_STEPPED_IN_MESH = (ProjectedLBFGS, SLSQP)
+
+
+def _stepped_in_mesh(choice: SolverChoice, fn: Objective, x0, args: tuple, options: dict | None):
+    """``(solution, success)``: ``choice``'s minimiser stepped by a `jax.lax.while_loop` whose
+    carry starts as varying over the mesh as its steps make it, for at most its ``max_steps``."""
+    solver, tags = choice.solver, frozenset[object]()
+
+    def fn_with_aux(y, args):
+        # optimistix's calling convention inside a minimiser: the value and its (no) aux.
+        return fn(y, args), None
+
+    state = solver.init(fn_with_aux, x0, args, options, None, None, tags)
+
+    def running(carry):
+        steps, y, state = carry
+        done, _ = solver.terminate(fn_with_aux, y, args, options, state, tags)
+        return ~done & (steps < choice.max_steps)
+
+    def stepped(carry):
+        steps, y, state = carry
+        y, state, _ = solver.step(fn_with_aux, y, args, options, state, tags)
+        return steps + 1, y, state
+
+    start = varying_leaves_like((jnp.array(0), x0, state), (x0, args))
+    _, y, state = jax.lax.while_loop(running, stepped, start)
+    done, result = solver.terminate(fn_with_aux, y, args, options, state, tags)
+    y, _, _ = solver.postprocess(fn_with_aux, y, None, args, options, state, tags, result)
+    return y, done & (result == optx.RESULTS.successful)
 
 
 def _untraceable_in_mesh(choice: SolverChoice) -> bool:
@@ -169,6 +209,9 @@ def _solved(
     """
     if _untraceable_in_mesh(choice):
         value, success = _in_mesh_stand_in(solve, fn, choice, x0, args)
+    elif isinstance(choice.solver, _STEPPED_IN_MESH) and damped_newton.in_manual_mesh():
+        value, success = _stepped_in_mesh(choice, fn, x0, args, options)
+        value = value.astype(x0.dtype)
     else:
         solution = solve(
             fn,

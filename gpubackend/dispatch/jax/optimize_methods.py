@@ -52,6 +52,7 @@ from gpubackend.dispatch.jax.noise_aware_search import (
 from gpubackend.dispatch.jax.nonlin_solve import InverseJacobian, NonlinSolve
 from gpubackend.dispatch.jax.nonlinear_cg import ScipyCG
 from gpubackend.dispatch.jax.powell import ScipyPowell
+from gpubackend.dispatch.jax.projected_lbfgs import ProjectedLBFGS
 from gpubackend.dispatch.jax.ridder import Ridder
 from gpubackend.dispatch.jax.slsqp import SLSQP
 from gpubackend.dispatch.jax.toms748 import Toms748
@@ -271,9 +272,35 @@ def _cg(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
     return SolverChoice(solver, max(maxiter, 1))
 
 
+def _box(bounds: tuple[tuple[float, ...], tuple[float, ...]], n: int) -> tuple[Any, Any]:
+    """scipy's box ``bounds`` (as resolved: in order) as two arrays of ``n`` entries; scipy's
+    error for a number of pairs that is not ``n``."""
+    lower, upper = (np.asarray(bound, dtype=np.float64) for bound in bounds)
+    if lower.size not in (1, n):
+        raise ValueError("minimize `bounds` must hold one (lower, upper) pair per element of x")
+    return jnp.asarray(np.broadcast_to(lower, (n,))), jnp.asarray(np.broadcast_to(upper, (n,)))
+
+
 def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:
     # scipy stops on a small relative decrease of f (ftol) or a small gradient (gtol).
     rtol, atol = _floored(dtype, settings.ftol, settings.gtol)
+    if np.isfinite(np.concatenate(settings.bounds)).any():
+        lower, upper = _box(settings.bounds, n)
+        bounded = ProjectedLBFGS(
+            ftol=settings.ftol,
+            gtol=settings.gtol,
+            lower=lower,
+            upper=upper,
+            rtol=rtol,
+            atol=atol,
+            norm=optx.max_norm,
+            maxcor=settings.maxcor,
+            max_iterations=settings.maxiter,
+            max_evaluations=settings.maxfun,
+            max_line_search=settings.maxls,
+        )
+        # One step per iteration; the verdict before the first needs none.
+        return SolverChoice(bounded, max(settings.maxiter, 1))
     solver: optx.AbstractMinimiser = optx.LBFGS(
         rtol=rtol, atol=atol, history_length=settings.maxcor
     )
@@ -318,14 +345,12 @@ def _trust_region(subproblem: Subproblem) -> SolverBuilder:
 
 
 def _slsqp(settings: s.SLSQPSettings, n: int, dtype: str) -> SolverChoice:
-    lower, upper = (np.asarray(bound, dtype=np.float64) for bound in settings.bounds)
-    if lower.size not in (1, n):
-        raise ValueError("minimize `bounds` must hold one (lower, upper) pair per element of x")
+    lower, upper = _box(settings.bounds, n)
     rtol, atol = _floored(dtype, settings.ftol, settings.ftol)
     solver = SLSQP(
         ftol=settings.ftol,
-        lower=jnp.asarray(np.broadcast_to(lower, (n,))),
-        upper=jnp.asarray(np.broadcast_to(upper, (n,))),
+        lower=lower,
+        upper=upper,
         rtol=rtol,
         atol=atol,
         max_iterations=settings.maxiter,

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import optimistix as optx
 
 from gpubackend.dispatch.jax.box_qp import box_qp
+from gpubackend.dispatch.jax.implicit import varying_leaves_like
 from gpubackend.dispatch.jax.scipy_status import status_verdict
 
 RUNNING, CONVERGED, OUT_OF_ITERATIONS, POSITIVE_DIRECTIONAL_DERIVATIVE, SUBPROBLEM_FAILED = (
@@ -139,14 +140,18 @@ class SLSQP(optx.AbstractMinimiser):
         _, _, _, step, f_new, gradient_new, _ = jax.lax.while_loop(
             lambda carry: ~carry[-1],
             line_search_step,
-            (
-                jnp.array(0),
-                jnp.array(1.0, x.dtype),
-                slope,
-                direction,
-                f,
-                gradient,
-                ~searches,
+            # Inside a manual mesh the carry starts as varying as the iterate, as the body makes it.
+            varying_leaves_like(
+                (
+                    jnp.array(0),
+                    jnp.array(1.0, x.dtype),
+                    slope,
+                    direction,
+                    f,
+                    gradient,
+                    ~searches,
+                ),
+                (x, f, gradient),
             ),
         )
         converged_after_step = ((jnp.abs(f_new - f) < acc) | (jnp.linalg.norm(step) < acc)) & (
