@@ -10,7 +10,6 @@ evaluation before the budget.
 
 from collections.abc import Callable
 
-
 from gpubackend.solvers.small_vectors import dot
 from gpubackend.solvers.tnc_vectors import (
     ieee_njit,
@@ -72,6 +71,12 @@ def precondition(g, y, memory, hg, hyk, hyr):
     _self_scaled_bfgs(sk, hg, hyk, yksk, ykhyk, gsk, ghyk, y)
 
 
+@ieee_njit(inline="always")
+def _one_if_zero(value):
+    """A curvature or norm as ``initPreconditioner`` divides by it: 0 becomes 1."""
+    return 1.0 if value == 0.0 else value
+
+
 @ieee_njit
 def _initial_diagonal(emat, memory, bsk):
     """The diagonal CG starts from (``tnc.c``'s ``initPreconditioner``): the last one, updated by
@@ -84,33 +89,24 @@ def _initial_diagonal(emat, memory, bsk):
     if lreset:
         for i in range(n):
             bsk[i] = diagb[i] * sk[i]
-        sds = dot(sk, bsk)
-        if yksk == 0.0:
-            yksk = 1.0
-        if sds == 0.0:
-            sds = 1.0
+        sds = _one_if_zero(dot(sk, bsk))
+        yksk = _one_if_zero(yksk)
         for i in range(n):
             td = diagb[i]
             emat[i] = td - td * td * sk[i] * sk[i] / sds + yk[i] * yk[i] / yksk
         return
     for i in range(n):
         bsk[i] = diagb[i] * sr[i]
-    sds = dot(sr, bsk)
+    sds = _one_if_zero(dot(sr, bsk))
     srds = dot(sk, bsk)
     yrsk = dot(yr, sk)
-    if yrsr == 0.0:
-        yrsr = 1.0
-    if sds == 0.0:
-        sds = 1.0
+    yrsr = _one_if_zero(yrsr)
     for i in range(n):
         td = diagb[i]
         bsk[i] = td * sk[i] - bsk[i] * srds / sds + yr[i] * yrsk / yrsr
         emat[i] = td - td * td * sr[i] * sr[i] / sds + yr[i] * yr[i] / yrsr
-    sds = dot(sk, bsk)
-    if yksk == 0.0:
-        yksk = 1.0
-    if sds == 0.0:
-        sds = 1.0
+    sds = _one_if_zero(dot(sk, bsk))
+    yksk = _one_if_zero(yksk)
     for i in range(n):
         emat[i] -= bsk[i] * bsk[i] / sds + yk[i] * yk[i] / yksk
 

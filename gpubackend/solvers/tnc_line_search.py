@@ -42,6 +42,17 @@ def _within_bound(step, scxbnd, reltol, abstol, xbnd, tol):
     return step, scxbnd, u
 
 
+@ieee_njit(inline="always")
+def _hypot_factor(larger, smaller):
+    """``sqrt(1 + (smaller / larger) ** 2)``, 1 where the ratio is below ``larger``'s precision:
+    ``hypot(larger, smaller) = larger * factor`` without under- or overflow."""
+    floor = larger * _EPS if larger > _EPS else 0.0
+    if smaller < floor:
+        return 1.0
+    value = smaller / larger
+    return np.sqrt(1.0 + value * value)
+
+
 def make_tnc_line_search(evaluate: Callable) -> Callable:
     """``search(...) -> (rc, f, alpha, nfeval)``; see ``search``."""
 
@@ -191,23 +202,10 @@ def make_tnc_line_search(evaluate: Callable) -> Callable:
                             fitted = False
                     else:
                         # sqrt(r * r + s * s) without under- or overflow.
-                        sumsq = 1.0
-                        floor = 0.0
                         if absr >= s:
-                            if absr > _EPS:
-                                floor = absr * _EPS
-                            if s >= floor:
-                                value = s / absr
-                                sumsq = 1.0 + value * value
-                            scale = absr
+                            scale, sumsq = absr, _hypot_factor(absr, s)
                         else:
-                            if s > _EPS:
-                                floor = s * _EPS
-                            if absr >= floor:
-                                value = absr / s
-                                sumsq = 1.0 + value * value
-                            scale = s
-                        sumsq = np.sqrt(sumsq)
+                            scale, sumsq = s, _hypot_factor(s, absr)
                         q = big
                         if scale < big / sumsq:
                             q = scale * sumsq
