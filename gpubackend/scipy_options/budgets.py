@@ -13,6 +13,11 @@ def minimize_maxiter(maxiter: int, n: int) -> int:
     return 200 * n if maxiter == SIZE_DEPENDENT else maxiter
 
 
+def tnc_maxfun(maxfun: int, n: int) -> int:
+    """``maxfun``, or TNC's ``max(100, 10 * len(x0))`` where it is `SIZE_DEPENDENT`."""
+    return max(100, 10 * n) if maxfun == SIZE_DEPENDENT else maxfun
+
+
 def minpack_maxfev(maxfev: int, n: int) -> int:
     """``maxfev``; where it is `MINPACK_DEFAULT`, MINPACK's ``100 * (n + 1)`` (with a Jacobian)."""
     return 100 * (n + 1) if maxfev == MINPACK_DEFAULT else maxfev

@@ -59,6 +59,8 @@ class ScipyMethod:
     """scipy refuses the method without ``jac`` (PyTensor's ``minimize(..., jac=True)``)."""
     lacks: frozenset[str] = frozenset()
     """Fields of the settings family that this method does not take (they keep their default)."""
+    signed: frozenset[str] = frozenset()
+    """Integer options scipy also takes negative (as its default, TNC's ``maxCGit``)."""
     refusal: Callable[[Any], str | None] | None = None
     """What scipy refuses in the resolved settings (a reason, or None), checked when an op is
     lowered on either backend."""
@@ -112,6 +114,9 @@ _NOT_KRYLOV = frozenset({"inexact"})
 _INTERIOR_POINT = frozenset({"bounds"})
 """trust-constr with bounds runs scipy's interior-point method, which has no native version."""
 _JAX_TRUST_CONSTR = JaxSupport(frozenset(s.TrustConstrSettings._fields) - _INTERIOR_POINT)
+_FINITE_DIFFERENCES_ONLY = frozenset({"finite_diff_rel_step", "workers"})
+"""TNC's options for its finite differences that the native solver, on the op's gradient, cannot
+take as settings (an array, a pool)."""
 _DF_SANE_CALLABLES = frozenset({"fnorm", "eta_strategy"})
 _DF_SANE_NUMERIC = frozenset(s.DFSaneSettings._fields) - _DF_SANE_CALLABLES
 
@@ -210,6 +215,13 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 ("xtol", "ftol"),
                 jax=JaxSupport(frozenset({"xtol", "ftol", "maxiter", "maxfev", "bounds"})),
                 numba=NumbaSupport(ignores=frozenset({"direc"})),
+            ),
+            ScipyMethod(
+                "TNC",
+                s.TNCSettings(),
+                ("xtol", "ftol", "gtol"),
+                signed=frozenset({"maxCGit"}),
+                numba=NumbaSupport(("jac",), ignores=_FINITE_DIFFERENCES_ONLY),
             ),
             ScipyMethod(
                 "trust-krylov",

@@ -173,6 +173,8 @@ def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any)
     where = f"{kind}(method={method.name!r}) option {name!r}"
     if name == "bounds":
         return _ordered_bounds(_box_bounds(where, value))
+    if default == ():
+        return _float_vector(where, value)
     if default is None:
         # A callable option (df-sane's ``fnorm``) or one no backend reads (Nelder-Mead's
         # ``initial_simplex``): taken as given, the lowerings refuse it by name.
@@ -187,8 +189,12 @@ def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any)
         return bool(value)
     if isinstance(default, int):
         # Negative budgets are the settings' own "scipy's default" sentinels, never a caller's.
-        if isinstance(value, bool) or not float(value).is_integer() or int(value) < 0:
-            raise ValueError(f"{where} must be a whole number >= 0, got {value!r}")
+        least = -np.inf if name in method.signed else 0
+        if isinstance(value, bool) or not float(value).is_integer() or int(value) < least:
+            raise ValueError(
+                f"{where} must be a whole number{'' if name in method.signed else ' >= 0'}, "
+                f"got {value!r}"
+            )
         return int(value)
     try:
         return float(value)
@@ -237,6 +243,15 @@ def _ordered_bounds(
     if any(lower > upper for lower, upper in zip(lowers, uppers, strict=True)):
         raise ValueError("An upper bound is less than the corresponding lower bound.")
     return bounds
+
+
+def _float_vector(where: str, value: Any) -> tuple[float, ...]:
+    """A per-variable option (TNC's ``scale``, ``offset``): scipy takes a float64 array only."""
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{where} must be a numpy.ndarray of float64, got {type(value).__name__}")
+    if value.dtype != np.float64:
+        raise ValueError(f"{where} must be a numpy.ndarray of float64, got dtype {value.dtype}")
+    return tuple(map(float, value.ravel()))
 
 
 def _box_bounds(where: str, bounds: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:

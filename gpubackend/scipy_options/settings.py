@@ -169,6 +169,36 @@ class PowellSettings(NamedTuple):
     direc: object = None
 
 
+class TNCSettings(NamedTuple):
+    """``minimize(method="TNC")`` (scipy's truncated Newton, ``tnc.c``), in scipy's option names.
+
+    Negative ``eta``, ``ftol``, ``xtol``, ``gtol``, ``rescale`` and ``maxCGit``, and ``stepmx`` or
+    ``accuracy`` near 0, are scipy's "use the default" (``tnc.c`` sets them once ``x0`` is known).
+    ``maxfun`` left at `SIZE_DEPENDENT` is ``max(100, 10 * len(x0))``. ``scale`` and ``offset``
+    are empty for scipy's ``None`` (from ``x0`` and the bounds), else one entry per variable.
+    ``eps`` and ``finite_diff_rel_step`` only size finite differences, ``workers`` only runs them
+    (the native solver uses the op's gradient); ``mesg_num`` only prints.
+    """
+
+    eps: float = 1e-8
+    scale: tuple[float, ...] = ()
+    offset: tuple[float, ...] = ()
+    mesg_num: int = 0
+    maxCGit: int = -1
+    eta: float = -1.0
+    stepmx: float = 0.0
+    accuracy: float = 0.0
+    minfev: float = 0.0
+    ftol: float = -1.0
+    xtol: float = -1.0
+    gtol: float = -1.0
+    rescale: float = -1.0
+    finite_diff_rel_step: object = None
+    maxfun: int = SIZE_DEPENDENT
+    workers: object = None
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
+
+
 class HybrSettings(NamedTuple):
     """``root(method="hybr")`` (MINPACK hybrj): ``maxfev`` counts evaluations of the equations."""
 

@@ -28,6 +28,7 @@ from gpubackend.scipy_options import budgets
 # package still initialising (integer arithmetic: PyTensor's fastmath flags change nothing here).
 minimize_maxiter = numba.njit(budgets.minimize_maxiter)
 minpack_maxfev = numba.njit(budgets.minpack_maxfev)
+tnc_maxfun = numba.njit(budgets.tnc_maxfun)
 nonlin_maxiter = numba.njit(budgets.nonlin_maxiter)
 direct_search_budgets = numba.njit(budgets.direct_search_budgets)
 

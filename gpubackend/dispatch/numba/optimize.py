@@ -70,6 +70,7 @@ from gpubackend.solvers.projected_lbfgs import make_projected_lbfgs
 from gpubackend.solvers.ridder import make_ridder
 from gpubackend.solvers.secant import make_secant
 from gpubackend.solvers.slsqp import make_slsqp
+from gpubackend.solvers.tnc import make_tnc
 from gpubackend.solvers.toms748 import make_toms748
 from gpubackend.solvers.trust_constr import make_trust_constr, make_trust_constr_hessian
 from gpubackend.solvers.trust_region_minimize import (
@@ -82,7 +83,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 52
+SOLVER_CACHE_VERSION = 53
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -98,6 +99,7 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Cal
     (MinimizeOp, "newton-cg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_newton_cg),
     (MinimizeOp, "nelder-mead"): ((problem.VALUE,), make_nelder_mead),
     (MinimizeOp, "powell"): ((problem.VALUE,), make_powell),
+    (MinimizeOp, "tnc"): ((problem.VALUE_AND_GRADIENT,), make_tnc),
     (MinimizeOp, "trust-exact"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_exact),
     (MinimizeOp, "trust-krylov"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_krylov),
     (MinimizeOp, "trust-ncg"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_ncg),
