@@ -196,13 +196,3 @@ def test_tnc_solver_takes_scipys_points_and_evaluations(case):
     np.testing.assert_array_equal(x, want_x)
     assert success == want_success
     assert int(counter[0]) == want_calls
-
-
-def test_tnc_solver_refuses_crossed_bounds_as_scipy_does():
-    x0 = np.array([-1.2, 1.0])
-    crossed = [(-2.0, 0.5), (2.0, -1.0)]
-    message = "upper bound is less than the corresponding lower bound"
-    with pytest.raises(ValueError, match=message):
-        _scipy_tnc(x0, 1.0, crossed, {})
-    with pytest.raises(ValueError, match=message):
-        _native_tnc(x0, 1.0, np.zeros(1), _settings(crossed, {}))
