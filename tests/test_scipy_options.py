@@ -177,11 +177,9 @@ CASES = [
 ]
 SHORT_BUDGET = 2
 
-# optimistix has no Brent (minimum or root): the JAX lowering runs golden-section
-# search or bisection instead, which needs more iterations than scipy's count.
+# optimistix has no brentq: the JAX lowering runs bisection instead, which needs more
+# iterations than scipy's count.
 JAX_SUBSTITUTES = {
-    ("minimize_scalar", "brent"): "golden-section search stands in for Brent's method",
-    ("minimize_scalar", "bounded"): "golden-section search stands in for fminbound",
     ("root_scalar", "brentq"): "bisection stands in for brentq",
 }
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 _GOLD, _GROW_LIMIT, _VERY_SMALL, _MAX_ITER = 1.618034, 110.0, 1e-21, 1000
 """scipy's ``bracket``."""
 
-Evaluate = Callable[[jax.Array, Any], tuple[jax.Array, Any]]
+Evaluate = Callable[..., tuple[jax.Array, Any]]
 
 
 class Bracket(NamedTuple):
@@ -75,7 +75,8 @@ def bracket(
         second = jnp.where(keeps_going, first + _GOLD * (first - xc), golden)
         f_second, counter = jax.lax.cond(
             between_golden | keeps_going,
-            evaluate,
+            # A plain function: cond takes weak references to its branches.
+            lambda point, counted: evaluate(point, counted),
             lambda _, counted: (jnp.array(jnp.inf, xa.dtype), counted),
             second,
             counter,

@@ -461,7 +461,9 @@ def _bracketed(minimiser: type[ScipyBrent | ScipyGolden]) -> SolverBuilder:
     def build(settings: s.BracketMinimizeSettings, n: int, dtype: str) -> SolverChoice:
         # One step per scipy iteration; the minimiser ends the solve at maxiter with scipy's
         # verdict.
-        solver = minimiser(xtol=settings.xtol, maxiter=settings.maxiter, rtol=0.0, atol=0.0)
+        solver = minimiser(
+            xtol=settings.xtol, maxiter=settings.maxiter, rtol=0.0, atol=0.0, norm=optx.max_norm
+        )
         return SolverChoice(solver, settings.maxiter)
 
     return build
@@ -469,7 +471,9 @@ def _bracketed(minimiser: type[ScipyBrent | ScipyGolden]) -> SolverBuilder:
 
 def _bounded_minimize(settings: s.BoundedMinimizeSettings, n: int, dtype: str) -> SolverChoice:
     # One step per evaluation after the first; scipy takes one step even where maxiter is 1.
-    solver = ScipyBounded(xatol=settings.xatol, maxiter=settings.maxiter, rtol=0.0, atol=0.0)
+    solver = ScipyBounded(
+        xatol=settings.xatol, maxiter=settings.maxiter, rtol=0.0, atol=0.0, norm=optx.max_norm
+    )
     return SolverChoice(solver, max(settings.maxiter, 1))
 
 

@@ -44,7 +44,6 @@ LINE_SEARCH_MAXITER = 500
 """scipy's ``minimize_scalar`` default, which its line searches keep."""
 
 
-
 class _Tally(NamedTuple):
     """A line search's evaluations: the count so far, the best step and value, and whether one
     was refused (past ``maxfev``)."""
@@ -100,13 +99,11 @@ def line_for_search(x, direction, lower, upper) -> tuple[jax.Array, jax.Array]:
 def _brent(line: _Line, xtol: jax.Array, tally: _Tally) -> _Tally:
     """scipy's ``Brent.optimize`` from its default bracket; its points land in the tally."""
     zero = jnp.zeros((), line.x.dtype)
-    found = bracket(line, zero, zero + 1, tally, stopped=lambda tally: tally.refused)
+    found = bracket(line.__call__, zero, zero + 1, tally, stopped=lambda tally: tally.refused)
 
     def running(state):
         points, iteration, tally = state
-        return (
-            ~brent_converged(points, xtol) & (iteration < LINE_SEARCH_MAXITER) & ~tally.refused
-        )
+        return ~brent_converged(points, xtol) & (iteration < LINE_SEARCH_MAXITER) & ~tally.refused
 
     def iterate(state):
         points, iteration, tally = state

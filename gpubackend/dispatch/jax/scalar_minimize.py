@@ -314,7 +314,7 @@ class _BracketedMinimiser(optx.AbstractMinimiser):
     # optimistix reads these off any minimiser; the verdict above replaces them.
     rtol: float
     atol: float
-    norm: Callable = optx.max_norm
+    norm: Callable
 
     def _start(self, found: Bracket, fn, args) -> Any:
         raise NotImplementedError
@@ -416,7 +416,7 @@ class ScipyBounded(optx.AbstractMinimiser):
     # optimistix reads these off any minimiser; the verdict above replaces them.
     rtol: float
     atol: float
-    norm: Callable = optx.max_norm
+    norm: Callable
 
     def init(self, fn, y, args, options, f_struct, aux_struct, tags) -> _ScalarState:
         lower, upper = (jnp.asarray(end, f_struct.dtype) for end in options["bounds"])
