@@ -35,6 +35,16 @@ _GOLDEN_RATIO = 0.61803399
 """scipy's ``_minimize_scalar_golden`` (``_gR``)."""
 
 
+def _parabola(x, w, v, fx, fw, fv) -> tuple[jax.Array, jax.Array]:
+    """The parabolic step through the three best points as scipy's Brent and fminbound write it:
+    ``(p, q)`` with the step ``p / q``, ``q >= 0``."""
+    tmp1 = (x - w) * (fx - fv)
+    tmp2 = (x - v) * (fx - fw)
+    p = (x - v) * tmp2 - (x - w) * tmp1
+    q = 2.0 * (tmp2 - tmp1)
+    return jnp.where(q > 0.0, -p, p), jnp.abs(q)
+
+
 class BrentPoints(eqx.Module):
     """scipy's ``Brent``: the best point ``x``, the second and third best ``w``, ``v``, their
     values, the interval ``[a, b]`` and the last two steps ``deltax``, ``rat``."""
@@ -75,26 +85,13 @@ def brent_converged(points: BrentPoints, xtol) -> jax.Array:
 
 def brent_trial(points: BrentPoints, xtol) -> tuple[jax.Array, BrentPoints]:
     """The point Brent's iteration evaluates, and the points with its steps."""
-    x, w, v, fx, fw, fv, a, b = (
-        points.x,
-        points.w,
-        points.v,
-        points.fx,
-        points.fw,
-        points.fv,
-        points.a,
-        points.b,
-    )
+    x, w, v, a, b = (points.x, points.w, points.v, points.a, points.b)
+    fx, fw, fv = points.fx, points.fw, points.fv
     tol1 = xtol * jnp.abs(x) + _BRENT_MIN_TOL
     tol2 = 2.0 * tol1
     xmid = 0.5 * (a + b)
     golden_delta = jnp.where(x >= xmid, a - x, b - x)
-    tmp1 = (x - w) * (fx - fv)
-    tmp2 = (x - v) * (fx - fw)
-    p = (x - v) * tmp2 - (x - w) * tmp1
-    tmp2 = 2.0 * (tmp2 - tmp1)
-    p = jnp.where(tmp2 > 0.0, -p, p)
-    tmp2 = jnp.abs(tmp2)
+    p, tmp2 = _parabola(x, w, v, fx, fw, fv)
     parabolic = (
         (jnp.abs(points.deltax) > tol1)
         & (p > tmp2 * (a - x))
@@ -113,16 +110,8 @@ def brent_trial(points: BrentPoints, xtol) -> tuple[jax.Array, BrentPoints]:
 
 def brent_moved(points: BrentPoints, u, fu) -> BrentPoints:
     """The points after ``f(u) = fu``."""
-    x, w, v, fx, fw, fv, a, b = (
-        points.x,
-        points.w,
-        points.v,
-        points.fx,
-        points.fw,
-        points.fv,
-        points.a,
-        points.b,
-    )
+    x, w, v, a, b = (points.x, points.w, points.v, points.a, points.b)
+    fx, fw, fv = points.fx, points.fw, points.fv
     worse = fu > fx
     second = worse & ((fu <= fw) | (w == x))
     third = worse & ~second & ((fu <= fv) | (v == x) | (v == w))
@@ -181,25 +170,12 @@ def fminbound_converged(points: FminboundPoints, xatol) -> jax.Array:
 
 def fminbound_trial(points: FminboundPoints, xatol) -> tuple[jax.Array, FminboundPoints]:
     """The point fminbound's iteration evaluates, and the points with its steps."""
-    xf, nfc, fulc, fx, fnfc, ffulc, a, b = (
-        points.xf,
-        points.nfc,
-        points.fulc,
-        points.fx,
-        points.fnfc,
-        points.ffulc,
-        points.a,
-        points.b,
-    )
+    xf, nfc, fulc, a, b = (points.xf, points.nfc, points.fulc, points.a, points.b)
+    fx, fnfc, ffulc = points.fx, points.fnfc, points.ffulc
     xm = 0.5 * (a + b)
     tol1 = _fminbound_tol1(points, xatol)
     tol2 = 2.0 * tol1
-    r = (xf - nfc) * (fx - ffulc)
-    q = (xf - fulc) * (fx - fnfc)
-    p = (xf - fulc) * q - (xf - nfc) * r
-    q = 2.0 * (q - r)
-    p = jnp.where(q > 0.0, -p, p)
-    q = jnp.abs(q)
+    p, q = _parabola(xf, nfc, fulc, fx, fnfc, ffulc)
     parabolic = (
         (jnp.abs(points.e) > tol1)
         & (jnp.abs(p) < jnp.abs(0.5 * q * points.e))
@@ -220,16 +196,8 @@ def fminbound_trial(points: FminboundPoints, xatol) -> tuple[jax.Array, Fminboun
 
 def fminbound_moved(points: FminboundPoints, x, fu) -> FminboundPoints:
     """The points after ``f(x) = fu``."""
-    xf, nfc, fulc, fx, fnfc, ffulc, a, b = (
-        points.xf,
-        points.nfc,
-        points.fulc,
-        points.fx,
-        points.fnfc,
-        points.ffulc,
-        points.a,
-        points.b,
-    )
+    xf, nfc, fulc, a, b = (points.xf, points.nfc, points.fulc, points.a, points.b)
+    fx, fnfc, ffulc = points.fx, points.fnfc, points.ffulc
     lower = fu <= fx
     second = ~lower & ((fu <= fnfc) | (nfc == xf))
     third = ~lower & ~second & ((fu <= ffulc) | (fulc == xf) | (fulc == nfc))
