@@ -791,3 +791,72 @@ def test_a_method_scipy_does_not_know_raises_scipys_error(mode):
     solution, _ = root(x**3 + x - 1.0, x, method="newton")
     with pytest.raises(ValueError, match=r"^Unknown solver newton$"):
         pytensor.function([x], solution, mode=mode)
+
+
+def _wavy(y, c, sin):
+    return (y - c) ** 2 + 0.1 * y**4 + sin(3 * y)
+
+
+# Per method: the intervals and options it is tried with, each at every maxiter from 1 up to the
+# first at which scipy converges.
+SCALAR_MINIMIZE_RUNS = {
+    "brent": [
+        ({}, {}),
+        ({"bracket": (-4.0, -3.0)}, {}),
+        ({"bracket": (-3.0, 0.0, 4.0)}, {}),
+        ({}, {"xtol": 1e-4}),
+    ],
+    # At golden's default xtol (sqrt(eps)) its last comparisons are between values that differ in
+    # their last bits, where the backends' rounding decides.
+    "golden": [({}, {"xtol": 1e-6}), ({"bracket": (-3.0, 0.0, 4.0)}, {"xtol": 1e-5})],
+    "bounded": [
+        ({"bounds": (-2.0, 4.0)}, {}),
+        ({"bounds": (-1.0, 0.3)}, {}),
+        ({"bounds": (-2.0, 4.0)}, {"xatol": 1e-2}),
+    ],
+}
+
+
+def _scipy_converges_at(method: str, interval: dict, options: dict, c: float) -> int:
+    """The smallest ``maxiter`` at which scipy's ``minimize_scalar`` succeeds."""
+    for maxiter in range(1, 200):
+        result = scipy.optimize.minimize_scalar(
+            lambda y: _wavy(y, c, np.sin),
+            method=method,
+            options={**options, "maxiter": maxiter},
+            **interval,
+        )
+        if result.success:
+            return maxiter
+    raise AssertionError(f"scipy's {method} does not converge on the test problem")
+
+
+@pytest.mark.parametrize("method", list(SCALAR_MINIMIZE_RUNS))
+def test_minimize_scalar_takes_scipys_iterates_and_verdicts_per_maxiter(method):
+    # Before: optimistix's golden-section search stood in for all three, from the middle of the
+    # interval: other iterates under a tight maxiter, and other verdicts (brent and bounded
+    # succeeded where scipy ran out of iterations, or failed where scipy converged).
+    y, c = pt.scalar("y"), pt.scalar("c")
+    values = [np.array(0.0), np.array(0.7)]
+    outputs, gradients = [], []
+    for interval, options in SCALAR_MINIMIZE_RUNS[method]:
+        converges_at = _scipy_converges_at(method, interval, options, float(values[1]))
+        for maxiter in range(1, converges_at + 1):
+            outputs += minimize_scalar(
+                _wavy(y, c, pt.sin),
+                y,
+                method=method,
+                optimizer_kwargs={"options": {**options, "maxiter": maxiter}},
+                **interval,
+            )
+        gradients.append(pytensor.grad(outputs[-2], c))
+    want = pytensor.function([y, c], outputs + gradients, mode="FAST_COMPILE")(*values)
+    got = compile_checked([y, c], outputs + gradients, values, "JAX_GPU")
+    n = len(outputs)
+    assert [bool(s) for s in got[1:n:2]] == [bool(s) for s in want[1:n:2]]
+    # Short of convergence scipy fails (each run ends at its first success).
+    assert sum(bool(s) for s in want[1:n:2]) == len(SCALAR_MINIMIZE_RUNS[method])
+    # The iterates to rounding: the objective's last digits (sin, the powers) differ between
+    # the backends, which moves a converged point by about 1e-12.
+    np.testing.assert_allclose(got[0:n:2], want[0:n:2], rtol=1e-10)
+    np.testing.assert_allclose(got[n:], want[n:], rtol=1e-6)

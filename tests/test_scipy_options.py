@@ -177,13 +177,6 @@ CASES = [
 ]
 SHORT_BUDGET = 2
 
-# optimistix has no Brent minimiser: the JAX lowering runs golden-section search
-# instead, which needs more iterations than scipy's count.
-JAX_SUBSTITUTES = {
-    ("minimize_scalar", "brent"): "golden-section search stands in for Brent's method",
-    ("minimize_scalar", "bounded"): "golden-section search stands in for fminbound",
-}
-
 
 def _op(case: Case, limit: int):
     return case.op_outputs(limit)[0].owner.op
@@ -238,19 +231,7 @@ def test_numba_succeeds_where_scipy_does(budget_runs, case):
         assert numba_success == scipy_success, (case.budget, limit, scipy_success)
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(
-            case,
-            marks=pytest.mark.xfail(strict=True, reason=JAX_SUBSTITUTES[(case.kind, case.method)]),
-        )
-        if (case.kind, case.method) in JAX_SUBSTITUTES
-        else case
-        for case in CASES
-    ],
-    ids=str,
-)
+@pytest.mark.parametrize("case", CASES, ids=str)
 def test_jax_succeeds_where_scipy_does(budget_runs, case):
     for limit, scipy_success, jax_success, _ in budget_runs[case]:
         assert jax_success == scipy_success, (case.budget, limit, scipy_success)

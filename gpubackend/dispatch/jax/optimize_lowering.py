@@ -33,7 +33,6 @@ from pytensor.tensor.optimize import (
 )
 
 from gpubackend.dispatch.jax import damped_newton
-from gpubackend.dispatch.jax.bracket import expand_bracket
 from gpubackend.dispatch.jax.df_sane import SpectralResidual
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.implicit import (
@@ -309,23 +308,6 @@ def _bounds_by_name(
     return tuple(args), dict(zip(op.bound_kwargs, bound_inputs, strict=True))
 
 
-def _search_interval(objective: Objective, bounds: dict, args: tuple, max_steps: int):
-    """``(lower, upper, found)`` around the minimum, from bounds, a 3-point bracket, or a downhill
-    search."""
-    if "bounds" in bounds:
-        lower, upper = bounds["bounds"][0], bounds["bounds"][1]
-        return lower, upper, jnp.array(True)
-    bracket = bounds.get("bracket")
-    if bracket is not None and bracket.shape[0] == 3:
-        return (
-            jnp.minimum(bracket[0], bracket[2]),
-            jnp.maximum(bracket[0], bracket[2]),
-            jnp.array(True),
-        )
-    start = bracket if bracket is not None else jnp.array([0.0, 1.0])
-    return expand_bracket(lambda y: objective(y, args), start[0], start[1], max_steps)
-
-
 def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> Callable:
     dtype = _dtype(op)
     choice = solver_choice(op, n_variables=1, dtype=dtype)
@@ -337,25 +319,13 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> C
 
     def solved(x0, inputs):
         args, bounds = _bounds_by_name(op, (x0, *inputs))
-        lower, upper, found = _search_interval(objective, bounds, args, choice.max_steps)
-
-        # Searched as an offset from `lower`: optimistix 0.1.0's GoldenSearch places
-        # its first probe at (upper - lower) / (phi + 1), i.e. as if lower were 0.
-        def from_lower(offset, args):
-            return objective(lower + offset, args)
-
-        # scipy's minimize_scalar takes no start point: start mid-interval, whatever x0 holds
-        # (a NaN x0 included).
-        middle = ((upper - lower) / 2).astype(x0.dtype)
-        offset, success = _solved(
-            optx.minimise,
-            from_lower,
-            choice,
-            varying_like(middle, inputs),
-            args,
-            {"lower": 0.0, "upper": upper - lower},
-        )
-        return (lower + offset).astype(x0.dtype), success & found
+        # The minimisers (`scalar_minimize`) start from the bounds or the bracket, as scipy's do
+        # (no bracket: scipy's default start); no bracket is an empty one.
+        options = bounds if "bounds" in bounds else {"bracket": jnp.zeros((0,), x0.dtype)}
+        # scipy's minimize_scalar takes no start point, and optimistix stops at once on a NaN
+        # one: optimistix starts from zero, whatever x0 holds.
+        start = varying_like(jnp.zeros_like(x0), inputs)
+        return _solved(optx.minimise, objective, choice, start, args, {**options, **bounds})
 
     def minimize_scalar(x0, *inputs):
         value, success = implicitly_differentiated(solved, stationary)(_start(x0, dtype), inputs)

@@ -54,6 +54,7 @@ from gpubackend.dispatch.jax.nonlinear_cg import ScipyCG
 from gpubackend.dispatch.jax.powell import ScipyPowell
 from gpubackend.dispatch.jax.projected_lbfgs import ProjectedLBFGS
 from gpubackend.dispatch.jax.ridder import Ridder
+from gpubackend.dispatch.jax.scalar_minimize import ScipyBounded, ScipyBrent, ScipyGolden
 from gpubackend.dispatch.jax.slsqp import SLSQP
 from gpubackend.dispatch.jax.toms748 import Toms748
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
@@ -490,23 +491,24 @@ def _df_sane(settings: s.DFSaneSettings, n: int, dtype: str) -> SolverChoice:
     return SolverChoice(solver, settings.maxfev + 1)
 
 
-def _golden_search(tolerance: float, maxiter: int, dtype: str) -> SolverChoice:
-    rtol, atol = _floored(dtype, tolerance, tolerance * 1e-3)
-    # ``norm`` is a ClassVar of the scalar solvers; mypy reads the parent's abstract field.
-    return SolverChoice(optx.GoldenSearch(rtol=rtol, atol=atol), maxiter)  # type: ignore[call-arg]
+def _bracketed(minimiser: type[ScipyBrent | ScipyGolden]) -> SolverBuilder:
+    def build(settings: s.BracketMinimizeSettings, n: int, dtype: str) -> SolverChoice:
+        # One step per scipy iteration; the minimiser ends the solve at maxiter with scipy's
+        # verdict.
+        solver = minimiser(
+            xtol=settings.xtol, maxiter=settings.maxiter, rtol=0.0, atol=0.0, norm=optx.max_norm
+        )
+        return SolverChoice(solver, settings.maxiter)
 
-
-def _bracket_minimize(settings: s.BracketMinimizeSettings, n: int, dtype: str) -> SolverChoice:
-    return _golden_search(settings.xtol, settings.maxiter, dtype)
+    return build
 
 
 def _bounded_minimize(settings: s.BoundedMinimizeSettings, n: int, dtype: str) -> SolverChoice:
-    # scipy's fminbound stops on an absolute width: its tolerance is sqrt(eps) |x| + xatol / 3.
-    # (Read as a relative tolerance, as brent's xtol is, xatol=1e-4 stopped 6.5e-4 off.)
-    rtol, atol = _floored(dtype, float(np.sqrt(np.finfo(np.float64).eps)), settings.xatol / 3)
-    # ``norm`` is a ClassVar of the scalar solvers; mypy reads the parent's abstract field.
-    golden: optx.AbstractMinimiser = optx.GoldenSearch(rtol=rtol, atol=atol)  # type: ignore[call-arg]
-    return SolverChoice(golden, settings.maxiter)
+    # One step per evaluation after the first; scipy takes one step even where maxiter is 1.
+    solver = ScipyBounded(
+        xatol=settings.xatol, maxiter=settings.maxiter, rtol=0.0, atol=0.0, norm=optx.max_norm
+    )
+    return SolverChoice(solver, max(settings.maxiter, 1))
 
 
 def _bracketing(finder: Callable[[float, float], optx.AbstractRootFinder]) -> SolverBuilder:
@@ -553,8 +555,8 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (RootOp, "linearmixing"): _nonlin_solve(LinearMixing),
     (RootOp, "excitingmixing"): _nonlin_solve(ExcitingMixing),
     (RootOp, "df-sane"): _df_sane,
-    (MinimizeScalarOp, "brent"): _bracket_minimize,
-    (MinimizeScalarOp, "golden"): _bracket_minimize,
+    (MinimizeScalarOp, "brent"): _bracketed(ScipyBrent),
+    (MinimizeScalarOp, "golden"): _bracketed(ScipyGolden),
     (MinimizeScalarOp, "bounded"): _bounded_minimize,
     **{
         (RootScalarOp, key): _newton

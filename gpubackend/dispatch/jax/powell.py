@@ -26,17 +26,22 @@ import jax
 import jax.numpy as jnp
 import optimistix as optx
 
+from gpubackend.dispatch.jax.bracket import bracket
 from gpubackend.dispatch.jax.nelder_mead import box_bounds, flat_objective
+from gpubackend.dispatch.jax.scalar_minimize import (
+    brent_converged,
+    brent_moved,
+    brent_points,
+    brent_trial,
+    fminbound_converged,
+    fminbound_moved,
+    fminbound_points,
+    fminbound_start,
+    fminbound_trial,
+)
 
 LINE_SEARCH_MAXITER = 500
 """scipy's ``minimize_scalar`` default, which its line searches keep."""
-
-_GOLD, _GROW_LIMIT, _VERY_SMALL, _BRACKET_MAXITER = 1.618034, 110.0, 1e-21, 1000
-"""scipy's ``bracket``."""
-_BRENT_MIN_TOL, _BRENT_GOLDEN = 1.0e-11, 0.3819660
-"""scipy's ``Brent``."""
-_SQRT_EPS, _FMINBOUND_GOLDEN = 1.4832396974191326e-08, 0.3819660112501051
-"""scipy's ``_minimize_scalar_bounded`` (``sqrt(2.2e-16)`` and ``(3 - sqrt(5)) / 2``)."""
 
 
 class _Tally(NamedTuple):
@@ -91,215 +96,46 @@ def line_for_search(x, direction, lower, upper) -> tuple[jax.Array, jax.Array]:
     return jnp.where(inside, lmin, 0.0), jnp.where(inside, lmax, 0.0)
 
 
-def _bracket(line: _Line, tally: _Tally):
-    """scipy's ``bracket(f, 0, 1)``: ``(found, xa, xb, xc, fb, tally)``."""
-    zero = jnp.zeros((), line.x.dtype)
-    fa, tally = line(zero, tally)
-    fb, tally = line(zero + 1, tally)
-    uphill = fa < fb
-    xa, xb = jnp.where(uphill, zero + 1, zero), jnp.where(uphill, zero, zero + 1)
-    fa, fb = jnp.where(uphill, fb, fa), jnp.where(uphill, fa, fb)
-    xc = xb + _GOLD * (xb - xa)
-    fc, tally = line(xc, tally)
-
-    def running(state):
-        _, _, _, fb, fc, iteration, done, tally = state[1:]
-        return (fc < fb) & ~done & (iteration <= _BRACKET_MAXITER) & ~tally.refused
-
-    def expand(state):
-        xa, xb, xc, fa, fb, fc, iteration, _, tally = state
-        tmp1 = (xb - xa) * (fb - fc)
-        tmp2 = (xb - xc) * (fb - fa)
-        val = tmp2 - tmp1
-        denom = jnp.where(jnp.abs(val) < _VERY_SMALL, 2.0 * _VERY_SMALL, 2.0 * val)
-        w = xb - ((xb - xc) * tmp2 - (xb - xa) * tmp1) / denom
-        wlim = xb + _GROW_LIMIT * (xc - xb)
-        golden = xc + _GOLD * (xc - xb)
-        between = (w - xc) * (xb - w) > 0.0
-        at_limit = ~between & ((w - wlim) * (wlim - xc) >= 0.0)
-        before_limit = ~between & ~at_limit & ((w - wlim) * (xc - w) > 0.0)
-        first = jnp.where(between | before_limit, w, jnp.where(at_limit, wlim, golden))
-        f_first, tally = line(first, tally)
-        found_low = between & (f_first < fc)
-        found_high = between & ~found_low & (f_first > fb)
-        between_golden = between & ~found_low & ~found_high
-        keeps_going = before_limit & (f_first < fc)
-        second = jnp.where(keeps_going, first + _GOLD * (first - xc), golden)
-        f_second, tally = jax.lax.cond(
-            between_golden | keeps_going,
-            lambda point, counted: line(point, counted),
-            lambda _, counted: (jnp.array(jnp.inf, zero.dtype), counted),
-            second,
-            tally,
-        )
-        # The next triple after the shift (xb, xc, w); a found bracket stops without it.
-        uses_second = between_golden | keeps_going
-        nb = jnp.where(keeps_going, first, xc)
-        fnb = jnp.where(keeps_going, f_first, fc)
-        na = jnp.where(keeps_going, xc, xb)
-        fna = jnp.where(keeps_going, fc, fb)
-        nc = jnp.where(uses_second, second, first)
-        fnc = jnp.where(uses_second, f_second, f_first)
-        shifted = (na, nb, nc, fna, fnb, fnc)
-        low = (xb, first, xc, fb, f_first, fc)
-        high = (xa, xb, first, fa, fb, f_first)
-        chosen = [
-            jnp.where(found_low, lo, jnp.where(found_high, hi, sh))
-            for lo, hi, sh in zip(low, high, shifted, strict=True)
-        ]
-        return (*chosen, iteration + 1, found_low | found_high, tally)
-
-    state = (xa, xb, xc, fa, fb, fc, jnp.array(0), jnp.array(False), tally)
-    xa, xb, xc, fa, fb, fc, _, _, tally = jax.lax.while_loop(running, expand, state)
-    found = (
-        (((fb < fc) & (fb <= fa)) | ((fb < fa) & (fb <= fc)))
-        & (((xa < xb) & (xb < xc)) | ((xc < xb) & (xb < xa)))
-        & jnp.isfinite(xa)
-        & jnp.isfinite(xb)
-        & jnp.isfinite(xc)
-    )
-    return found, xa, xb, xc, fb, tally
-
-
 def _brent(line: _Line, xtol: jax.Array, tally: _Tally) -> _Tally:
     """scipy's ``Brent.optimize`` from its default bracket; its points land in the tally."""
-    found, xa, xb, xc, fb, tally = _bracket(line, tally)
+    zero = jnp.zeros((), line.x.dtype)
+    found = bracket(line.__call__, zero, zero + 1, tally, stopped=lambda tally: tally.refused)
 
     def running(state):
-        x, _, _, _, _, _, a, b, _, _, iteration, tally = state
-        tol2 = 2.0 * (xtol * jnp.abs(x) + _BRENT_MIN_TOL)
-        xmid = 0.5 * (a + b)
-        return (
-            (jnp.abs(x - xmid) >= tol2 - 0.5 * (b - a))
-            & (iteration < LINE_SEARCH_MAXITER)
-            & ~tally.refused
-        )
+        points, iteration, tally = state
+        return ~brent_converged(points, xtol) & (iteration < LINE_SEARCH_MAXITER) & ~tally.refused
 
     def iterate(state):
-        x, w, v, fx, fw, fv, a, b, deltax, rat, iteration, tally = state
-        tol1 = xtol * jnp.abs(x) + _BRENT_MIN_TOL
-        tol2 = 2.0 * tol1
-        xmid = 0.5 * (a + b)
-        golden_delta = jnp.where(x >= xmid, a - x, b - x)
-        tmp1 = (x - w) * (fx - fv)
-        tmp2 = (x - v) * (fx - fw)
-        p = (x - v) * tmp2 - (x - w) * tmp1
-        tmp2 = 2.0 * (tmp2 - tmp1)
-        p = jnp.where(tmp2 > 0.0, -p, p)
-        tmp2 = jnp.abs(tmp2)
-        parabolic = (
-            (jnp.abs(deltax) > tol1)
-            & (p > tmp2 * (a - x))
-            & (p < tmp2 * (b - x))
-            & (jnp.abs(p) < jnp.abs(0.5 * tmp2 * deltax))
-        )
-        parabolic_rat = p / jnp.where(parabolic, tmp2, 1.0)
-        u = x + parabolic_rat
-        near_end = ((u - a) < tol2) | ((b - u) < tol2)
-        parabolic_rat = jnp.where(near_end, jnp.where(xmid - x >= 0, tol1, -tol1), parabolic_rat)
-        deltax = jnp.where(parabolic, rat, golden_delta)
-        rat = jnp.where(parabolic, parabolic_rat, _BRENT_GOLDEN * golden_delta)
-        u = jnp.where(jnp.abs(rat) < tol1, jnp.where(rat >= 0, x + tol1, x - tol1), x + rat)
+        points, iteration, tally = state
+        u, points = brent_trial(points, xtol)
         fu, tally = line(u, tally)
-        worse = fu > fx
-        a = jnp.where(worse, jnp.where(u < x, u, a), jnp.where(u >= x, x, a))
-        b = jnp.where(worse, jnp.where(u < x, b, u), jnp.where(u >= x, b, x))
-        second = worse & ((fu <= fw) | (w == x))
-        third = worse & ~second & ((fu <= fv) | (v == x) | (v == w))
-        new_v = jnp.where(worse, jnp.where(second, w, jnp.where(third, u, v)), w)
-        new_fv = jnp.where(worse, jnp.where(second, fw, jnp.where(third, fu, fv)), fw)
-        new_w = jnp.where(worse, jnp.where(second, u, w), x)
-        new_fw = jnp.where(worse, jnp.where(second, fu, fw), fx)
-        new_x, new_fx = jnp.where(worse, x, u), jnp.where(worse, fx, fu)
-        return (
-            new_x,
-            new_w,
-            new_v,
-            new_fx,
-            new_fw,
-            new_fv,
-            a,
-            b,
-            deltax,
-            rat,
-            iteration + 1,
-            tally,
-        )
+        return brent_moved(points, u, fu), iteration + 1, tally
 
-    zero = jnp.zeros((), xb.dtype)
-    start = (xb, xb, xb, fb, fb, fb, jnp.minimum(xa, xc), jnp.maximum(xa, xc), zero, zero)
-    iterations = jnp.where(found, 0, LINE_SEARCH_MAXITER)
-    return jax.lax.while_loop(running, iterate, (*start, iterations, tally))[-1]
+    iterations = jnp.where(found.found, 0, LINE_SEARCH_MAXITER)
+    return jax.lax.while_loop(running, iterate, (brent_points(found), iterations, found.counter))[
+        -1
+    ]
 
 
 def _fminbound(line: _Line, lo: jax.Array, hi: jax.Array, xatol, tally: _Tally) -> _Tally:
     """scipy's ``_minimize_scalar_bounded`` on ``[lo, hi]``; its points land in the tally."""
-    fulc = lo + _FMINBOUND_GOLDEN * (hi - lo)
-    fx, tally = line(fulc, tally)
-    zero = jnp.zeros((), fulc.dtype)
+    fx, tally = line(fminbound_start(lo, hi), tally)
 
     def running(state):
-        xf, _, _, _, _, _, a, b, _, _, evaluations, tally = state
-        tol2 = 2.0 * (_SQRT_EPS * jnp.abs(xf) + xatol / 3.0)
+        points, evaluations, tally = state
         return (
-            (jnp.abs(xf - 0.5 * (a + b)) > tol2 - 0.5 * (b - a))
+            ~fminbound_converged(points, xatol)
             & (evaluations < LINE_SEARCH_MAXITER)
             & ~tally.refused
         )
 
     def iterate(state):
-        xf, nfc, fulc, fx, fnfc, ffulc, a, b, e, rat, evaluations, tally = state
-        xm = 0.5 * (a + b)
-        tol1 = _SQRT_EPS * jnp.abs(xf) + xatol / 3.0
-        tol2 = 2.0 * tol1
-        r = (xf - nfc) * (fx - ffulc)
-        q = (xf - fulc) * (fx - fnfc)
-        p = (xf - fulc) * q - (xf - nfc) * r
-        q = 2.0 * (q - r)
-        p = jnp.where(q > 0.0, -p, p)
-        q = jnp.abs(q)
-        parabolic = (
-            (jnp.abs(e) > tol1)
-            & (jnp.abs(p) < jnp.abs(0.5 * q * e))
-            & (p > q * (a - xf))
-            & (p < q * (b - xf))
-        )
-        parabolic_rat = p / jnp.where(parabolic, q, 1.0)
-        trial = xf + parabolic_rat
-        toward_middle = tol1 * (jnp.sign(xm - xf) + ((xm - xf) == 0))
-        near_end = ((trial - a) < tol2) | ((b - trial) < tol2)
-        parabolic_rat = jnp.where(near_end, toward_middle, parabolic_rat)
-        golden_e = jnp.where(xf >= xm, a - xf, b - xf)
-        e = jnp.where(parabolic, rat, golden_e)
-        rat = jnp.where(parabolic, parabolic_rat, _FMINBOUND_GOLDEN * golden_e)
-        x = xf + (jnp.sign(rat) + (rat == 0)) * jnp.maximum(jnp.abs(rat), tol1)
+        points, evaluations, tally = state
+        x, points = fminbound_trial(points, xatol)
         fu, tally = line(x, tally)
-        lower = fu <= fx
-        a = jnp.where(lower, jnp.where(x >= xf, xf, a), jnp.where(x < xf, x, a))
-        b = jnp.where(lower, jnp.where(x >= xf, b, xf), jnp.where(x < xf, b, x))
-        second = ~lower & ((fu <= fnfc) | (nfc == xf))
-        third = ~lower & ~second & ((fu <= ffulc) | (fulc == xf) | (fulc == nfc))
-        new_fulc = jnp.where(lower | second, nfc, jnp.where(third, x, fulc))
-        new_ffulc = jnp.where(lower | second, fnfc, jnp.where(third, fu, ffulc))
-        new_nfc = jnp.where(lower, xf, jnp.where(second, x, nfc))
-        new_fnfc = jnp.where(lower, fx, jnp.where(second, fu, fnfc))
-        new_xf, new_fx = jnp.where(lower, x, xf), jnp.where(lower, fu, fx)
-        return (
-            new_xf,
-            new_nfc,
-            new_fulc,
-            new_fx,
-            new_fnfc,
-            new_ffulc,
-            a,
-            b,
-            e,
-            rat,
-            evaluations + 1,
-            tally,
-        )
+        return fminbound_moved(points, x, fu), evaluations + 1, tally
 
-    start = (fulc, fulc, fulc, fx, fx, fx, lo, hi, zero, zero, jnp.array(1), tally)
+    start = (fminbound_points(lo, hi, fx), jnp.array(1), tally)
     return jax.lax.while_loop(running, iterate, start)[-1]
 
 
