@@ -31,6 +31,7 @@ from pytensor.tensor.optimize import (
 )
 
 from gpubackend.dispatch.jax import trust_subproblems
+from gpubackend.dispatch.jax.anderson import Anderson
 from gpubackend.dispatch.jax.broyden import BroydenFirst, BroydenSecond
 from gpubackend.dispatch.jax.df_sane import SpectralResidual
 from gpubackend.dispatch.jax.diagonal_jacobians import (
@@ -512,6 +513,7 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (RootOp, "lm"): _lm,
     (RootOp, "broyden1"): _nonlin_solve(BroydenFirst),
     (RootOp, "broyden2"): _nonlin_solve(BroydenSecond),
+    (RootOp, "anderson"): _nonlin_solve(Anderson),
     (RootOp, "diagbroyden"): _nonlin_solve(DiagonalBroyden),
     (RootOp, "linearmixing"): _nonlin_solve(LinearMixing),
     (RootOp, "excitingmixing"): _nonlin_solve(ExcitingMixing),
