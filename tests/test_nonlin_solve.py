@@ -18,13 +18,16 @@ import optimistix as optx
 import pytensor
 import pytensor.tensor as pt
 import pytest
+import scipy.linalg
 import scipy.optimize
 from pytensor.tensor.optimize import RootOp, root
 
 from gpubackend import ObjectModeFallbackWarning, UnsupportedOption
+from gpubackend.dispatch.jax import anderson as jax_anderson
 from gpubackend.dispatch.jax.optimize_methods import solver_choice
 from gpubackend.dispatch.numba.optimize import NATIVE_SOLVERS
 from gpubackend.dispatch.numba.optimize_plan import solver_plan
+from gpubackend.solvers import anderson
 
 BROYDEN = ["broyden1", "broyden2"]
 DIAGONAL = ["diagbroyden", "linearmixing", "excitingmixing"]
@@ -267,3 +270,47 @@ def test_anderson_evaluates_the_equations_as_often_as_scipy(numba_anderson, name
     }.items():
         assert (bool(success), calls) == (want_success, want_calls), backend
         np.testing.assert_allclose(x, want_x, rtol=RTOL, atol=ATOL, err_msg=backend)
+
+
+MIXING_SYSTEMS = {
+    "positive_definite": [[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]],
+    "indefinite": [[1.0, 2.0, 0.0], [2.0, 1.0, 1.0], [0.0, 1.0, 1.0]],
+    "diagonal": [[2.0, 0.0], [0.0, 5.0]],
+    "singular_diagonal": [[2.0, 0.0], [0.0, 0.0]],
+    "singular": [[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]],
+    "not_finite": [[1.0, np.nan], [np.nan, 1.0]],
+}
+"""Anderson's small systems of each kind scipy's ``linalg.solve`` tells apart."""
+
+
+@pytest.fixture(scope="module")
+def numba_solve_mixing():
+    @numba.njit
+    def solve(a, rhs):
+        return anderson.solve_mixing(a, rhs)
+
+    return solve
+
+
+@pytest.mark.parametrize("name", list(MIXING_SYSTEMS))
+def test_anderson_small_system_is_solved_or_refused_as_scipy_does(numba_solve_mixing, name):
+    a = np.array(MIXING_SYSTEMS[name])
+    rhs = np.arange(1.0, a.shape[0] + 1.0)
+    try:
+        want, want_solved = scipy.linalg.solve(a, rhs), True
+    except np.linalg.LinAlgError:
+        want, want_solved = None, False
+    except ValueError:
+        with pytest.raises(ValueError, match="infs or NaNs"):
+            numba_solve_mixing(a, rhs)
+        # Nothing raises under JAX: the step is NaN, and the solve ends unsuccessfully.
+        assert np.isnan(jax_anderson.solve_mixing(jnp.asarray(a), jnp.asarray(rhs))[0]).all()
+        return
+    jax_gamma, jax_solved = jax_anderson.solve_mixing(jnp.asarray(a), jnp.asarray(rhs))
+    for backend, (gamma, solved) in {
+        "NUMBA": numba_solve_mixing(a, rhs),
+        "JAX": (np.asarray(jax_gamma), bool(jax_solved)),
+    }.items():
+        assert bool(solved) == want_solved, backend
+        if want_solved:
+            np.testing.assert_allclose(gamma, want, rtol=1e-14, err_msg=backend)
