@@ -108,6 +108,7 @@ CASES: tuple[Case, ...] = (
     Case("root", "broyden1", "two_equations", kwargs=(("jac", False),), grad=True),
     Case("root", "broyden2", "two_equations", kwargs=(("jac", False),)),
     Case("root", "diagbroyden", "two_equations", kwargs=(("jac", False),)),
+    Case("root", "anderson", "two_equations", kwargs=(("jac", False),)),
     Case("root", "linearmixing", "negated_cubic3", kwargs=(("jac", False),)),
     Case("root", "excitingmixing", "negated_cubic3", kwargs=(("jac", False),)),
     Case("minimize_scalar", "brent", "quartic1", options=(("tol", 1e-12),)),

@@ -10,16 +10,28 @@ runs out. Gradients are PyTensor's implicit-function gradients of the op.
 
 import warnings
 
+import jax
+import jax.numpy as jnp
+import numba
 import numpy as np
+import optimistix as optx
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from pytensor.tensor.optimize import root
+import scipy.linalg
+import scipy.optimize
+from pytensor.tensor.optimize import RootOp, root
 
 from gpubackend import ObjectModeFallbackWarning, UnsupportedOption
+from gpubackend.dispatch.jax import anderson as jax_anderson
+from gpubackend.dispatch.jax.optimize_methods import solver_choice
+from gpubackend.dispatch.numba.optimize import NATIVE_SOLVERS
+from gpubackend.dispatch.numba.optimize_plan import solver_plan
+from gpubackend.solvers import anderson
 
 BROYDEN = ["broyden1", "broyden2"]
-METHODS = [*BROYDEN, "diagbroyden", "linearmixing", "excitingmixing"]
+DIAGONAL = ["diagbroyden", "linearmixing", "excitingmixing"]
+METHODS = [*BROYDEN, "anderson", *DIAGONAL]
 A_VALUE = 1.0
 X0 = np.zeros(2)
 Y0 = np.zeros(3)
@@ -29,10 +41,14 @@ Z0_VECTOR = Z0.reshape(1)
 RTOL, ATOL = 1e-7, 1e-10
 
 
+def _pair_terms(x, a):
+    """A coupled cubic pair (scipy's broyden1 example, shifted by ``a``), for any array library."""
+    return x[0] + 0.5 * (x[0] - x[1]) ** 3 - a, 0.5 * (x[1] - x[0]) ** 3 + x[1]
+
+
 def _equations(x, y, z, a):
-    """A coupled cubic pair (scipy's broyden1 example, shifted by ``a``), a tridiagonal triple and
-    a cubic in ``z`` (0-d, or one element)."""
-    pair = pt.stack([x[0] + 0.5 * (x[0] - x[1]) ** 3 - a, 0.5 * (x[1] - x[0]) ** 3 + x[1]])
+    """The cubic pair, a tridiagonal triple and a cubic in ``z`` (0-d, or one element)."""
+    pair = pt.stack(_pair_terms(x, a))
     triple = pt.stack(
         [
             2 * y[0] - y[1] + 0.1 * y[0] ** 3 - a,
@@ -52,6 +68,11 @@ def _jac_option_cases(method):
         }
     if method == "excitingmixing":
         return {"alpha_alphamax": {"alpha": 0.2, "alphamax": 0.5}}
+    if method == "anderson":
+        # One pair kept, unregularised: the 1x1 system, solved by division as scipy does. (With
+        # w0=0 and more pairs the system is singular to rounding, rcond ~1e-18: no two solves of
+        # it agree.)
+        return {"alpha_w0_M": {"alpha": 0.3, "w0": 0.1, "M": 3}, "one_pair": {"w0": 0.0, "M": 1}}
     return {"alpha": {"alpha": 0.3}}
 
 
@@ -63,7 +84,7 @@ def _problems(method, x, y, z, a):
     function: a segmentation fault), so it is given as a vector of one element: scipy solves a 0-d
     ``x`` flattened, the same iteration."""
     pair, triple, cubic = _equations(x, y, z, a)
-    if method not in BROYDEN:
+    if method in DIAGONAL:
         # The diagonal approximations start from ``J = -I / alpha`` (linear mixing keeps it): they
         # converge where the Jacobian is near a negative multiple of the identity.
         pair, triple, cubic = -pair, -triple, -cubic
@@ -106,6 +127,8 @@ def _solve_both(method, mode):
     with warnings.catch_warnings():
         # scipy warns that these methods do not use the Jacobian PyTensor hands it.
         warnings.filterwarnings("ignore", "Method .* does not use the jacobian")
+        # scipy's anderson warns on its ill-conditioned small systems, near the root.
+        warnings.filterwarnings("ignore", "An ill-conditioned matrix detected")
         want = pytensor.function(
             [x, y, z_vector, a], outputs_of(reference_problems), mode="FAST_COMPILE"
         )(X0, Y0, Z0_VECTOR, A_VALUE)
@@ -159,3 +182,135 @@ def test_unknown_jac_option_is_scipys_type_error():
     )
     with pytest.raises(TypeError, match=r"\['M'\]"):
         pytensor.function([x], solution, mode="NUMBA")
+
+
+ANDERSON_COUNTED = {
+    "default": {},
+    "maxiter": {"maxiter": 3},
+    "no_line_search": {"line_search": None},
+    "jac_options": {"jac_options": {"alpha": 0.3, "w0": 0.1, "M": 3}},
+}
+"""Options under which each backend's anderson evaluates the equations as often as scipy."""
+
+
+_jitted_pair_terms = numba.njit(_pair_terms)
+
+
+@numba.njit
+def _counted_pair(x, args):
+    a, counts = args
+    counts[0] += 1
+    return np.array(_jitted_pair_terms(x, a))
+
+
+def _anderson_op(options):
+    x = pt.vector("x")
+    solution, _ = root(
+        pt.stack(_pair_terms(x, A_VALUE)),
+        x,
+        method="anderson",
+        optimizer_kwargs={"options": options},
+    )
+    return solution.owner.op
+
+
+def _scipy_evaluations(options):
+    calls = np.zeros(1, dtype=np.int64)
+    result = scipy.optimize.root(
+        lambda x: _counted_pair(x, (A_VALUE, calls)), X0, method="anderson", options=options
+    )
+    return result.x, result.success, int(calls[0])
+
+
+def _numba_evaluations(solve, options):
+    settings = solver_plan(_anderson_op(options)).settings
+    calls = np.zeros(1, dtype=np.int64)
+    x, success = solve(X0, (A_VALUE, calls), settings)
+    return x, success, int(calls[0])
+
+
+def _jax_evaluations(options):
+    choice = solver_choice(_anderson_op(options), X0.size, "float64")
+    calls = [0]
+
+    def count():
+        calls[0] += 1
+
+    def pair(x, a):
+        jax.debug.callback(count)
+        return jnp.stack(_pair_terms(x, a))
+
+    solution = optx.root_find(
+        pair, choice.solver, jnp.asarray(X0), A_VALUE, max_steps=choice.max_steps, throw=False
+    )
+    success = solution.result == optx.RESULTS.successful
+    return np.asarray(solution.value), bool(success), calls[0]
+
+
+@pytest.fixture(scope="module")
+def numba_anderson():
+    """One compile of the native anderson on the counting equations, for every options case."""
+    inner = NATIVE_SOLVERS[(RootOp, "anderson")][1](_counted_pair)
+
+    @numba.njit
+    def solve(x0, args, settings):
+        return inner(x0, args, settings)
+
+    return solve
+
+
+@pytest.mark.parametrize("name", list(ANDERSON_COUNTED))
+def test_anderson_evaluates_the_equations_as_often_as_scipy(numba_anderson, name):
+    options = ANDERSON_COUNTED[name]
+    want_x, want_success, want_calls = _scipy_evaluations(options)
+    assert want_success == (name != "maxiter")
+    for backend, (x, success, calls) in {
+        "NUMBA": _numba_evaluations(numba_anderson, options),
+        "JAX": _jax_evaluations(options),
+    }.items():
+        assert (bool(success), calls) == (want_success, want_calls), backend
+        np.testing.assert_allclose(x, want_x, rtol=RTOL, atol=ATOL, err_msg=backend)
+
+
+MIXING_SYSTEMS = {
+    "positive_definite": [[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]],
+    "indefinite": [[1.0, 2.0, 0.0], [2.0, 1.0, 1.0], [0.0, 1.0, 1.0]],
+    "diagonal": [[2.0, 0.0], [0.0, 5.0]],
+    "singular_diagonal": [[2.0, 0.0], [0.0, 0.0]],
+    "singular": [[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]],
+    "not_finite": [[1.0, np.nan], [np.nan, 1.0]],
+}
+"""Anderson's small systems of each kind scipy's ``linalg.solve`` tells apart."""
+
+
+@pytest.fixture(scope="module")
+def numba_solve_mixing():
+    @numba.njit
+    def solve(a, rhs):
+        return anderson.solve_mixing(a, rhs)
+
+    return solve
+
+
+@pytest.mark.parametrize("name", list(MIXING_SYSTEMS))
+def test_anderson_small_system_is_solved_or_refused_as_scipy_does(numba_solve_mixing, name):
+    a = np.array(MIXING_SYSTEMS[name])
+    rhs = np.arange(1.0, a.shape[0] + 1.0)
+    try:
+        want, want_solved = scipy.linalg.solve(a, rhs), True
+    except np.linalg.LinAlgError:
+        want, want_solved = None, False
+    except ValueError:
+        with pytest.raises(ValueError, match="infs or NaNs"):
+            numba_solve_mixing(a, rhs)
+        # Nothing raises under JAX: the step is NaN, and the solve ends unsuccessfully.
+        assert np.isnan(jax_anderson.solve_mixing(jnp.asarray(a), jnp.asarray(rhs))[0]).all()
+        return
+    jax_gamma, jax_solved = jax_anderson.solve_mixing(jnp.asarray(a), jnp.asarray(rhs))
+    for backend, (gamma, solved) in {
+        "NUMBA": numba_solve_mixing(a, rhs),
+        "JAX": (np.asarray(jax_gamma), bool(jax_solved)),
+    }.items():
+        assert bool(solved) == want_solved, backend
+        if want_solved:
+            np.testing.assert_allclose(gamma, want, rtol=1e-14, err_msg=backend)

@@ -128,6 +128,7 @@ _BRACKETING_ROOT = tuple(
 _NONLIN_JACOBIANS: dict[str, s.NONLIN_JACOBIAN_OPTIONS] = {
     "broyden1": s.BroydenJacobianOptions(),
     "broyden2": s.BroydenJacobianOptions(),
+    "anderson": s.AndersonJacobianOptions(),
     "diagbroyden": s.MixingJacobianOptions(),
     "linearmixing": s.MixingJacobianOptions(),
     "excitingmixing": s.ExcitingMixingJacobianOptions(),

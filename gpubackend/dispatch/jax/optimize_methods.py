@@ -32,6 +32,7 @@ from pytensor.tensor.optimize import (
 )
 
 from gpubackend.dispatch.jax import trust_subproblems
+from gpubackend.dispatch.jax.anderson import Anderson
 from gpubackend.dispatch.jax.bisect import Bisect
 from gpubackend.dispatch.jax.brent_roots import BrentRoot, hyperbolic_step, inverse_quadratic_step
 from gpubackend.dispatch.jax.broyden import BroydenFirst, BroydenSecond
@@ -551,6 +552,7 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (RootOp, "lm"): _lm,
     (RootOp, "broyden1"): _nonlin_solve(BroydenFirst),
     (RootOp, "broyden2"): _nonlin_solve(BroydenSecond),
+    (RootOp, "anderson"): _nonlin_solve(Anderson),
     (RootOp, "diagbroyden"): _nonlin_solve(DiagonalBroyden),
     (RootOp, "linearmixing"): _nonlin_solve(LinearMixing),
     (RootOp, "excitingmixing"): _nonlin_solve(ExcitingMixing),

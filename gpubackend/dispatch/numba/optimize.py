@@ -46,6 +46,7 @@ from gpubackend.dispatch.numba.optimize_plan import NoNativeSolver, SolverPlan, 
 from gpubackend.dispatch.numba.scalar_core import scalar_core
 from gpubackend.errors import ObjectModeFallbackWarning
 from gpubackend.scipy_options import refuse_before_scipy, scipy_method
+from gpubackend.solvers.anderson import make_anderson
 from gpubackend.solvers.bfgs import make_bfgs
 from gpubackend.solvers.bisect import make_bisect
 from gpubackend.solvers.bounded_minimize import make_bounded_minimize
@@ -83,7 +84,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 53
+SOLVER_CACHE_VERSION = 54
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -114,6 +115,7 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Cal
     (RootOp, "hybr"): ((problem.RESIDUAL, problem.JACOBIAN), make_hybrid_powell),
     (RootOp, "lm"): ((problem.RESIDUAL, problem.JACOBIAN), make_levenberg_marquardt),
     (RootOp, "broyden1"): ((problem.RESIDUAL,), make_broyden1),
+    (RootOp, "anderson"): ((problem.RESIDUAL,), make_anderson),
     (RootOp, "broyden2"): ((problem.RESIDUAL,), make_broyden2),
     (RootOp, "diagbroyden"): ((problem.RESIDUAL,), make_diagonal_broyden),
     (RootOp, "linearmixing"): ((problem.RESIDUAL,), make_linear_mixing),
