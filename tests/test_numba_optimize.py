@@ -1058,3 +1058,20 @@ def test_df_sane_with_a_callable_option_runs_scipy_in_object_mode():
         fn(DF_SANE_START, DF_SANE_A), expected(DF_SANE_START, DF_SANE_A), strict=True
     ):
         np.testing.assert_allclose(got, want)
+
+
+def test_ops_differing_only_in_options_share_one_compiled_solver():
+    """A native solver is compiled once per inner graph, not per option set: ops that differ only
+    in their scipy options share the runner (the settings are its run-time argument), while their
+    on-disk cache keys still tell the settings apart."""
+    x = pt.vector("x")
+    a = pt.scalar("a")
+    lowerings = []
+    for maxiter in (5, 50):
+        solution, _ = minimize(
+            rosenbrock(x, a), x, method="BFGS", optimizer_kwargs={"options": {"maxiter": maxiter}}
+        )
+        lowerings.append(numba_funcify_and_cache_key(solution.owner.op, solution.owner))
+    (first, first_key), (second, second_key) = lowerings
+    assert first.py_func.__globals__["run"] is second.py_func.__globals__["run"]
+    assert first_key != second_key

@@ -11,6 +11,13 @@ is compiled into the solver. Each lowering carries a cache key (the inner
 graphs' keys, the solver and its settings), so PyTensor's on-disk Numba cache
 serves later processes.
 
+Within a process each native solver is compiled once per op type, solver,
+evaluated inner graphs (hash-consed: structurally equal graphs compare equal)
+and ``x``'s type: the runner takes the scipy settings as an argument, so ops
+that differ only in their options share it (Numba compiles it once per
+settings type), and only the small function binding an op's inputs freezes
+them.
+
 A configuration with no native solver (see `optimize_plan`) keeps the
 object-mode path and emits one `ObjectModeFallbackWarning` naming the method.
 """
@@ -18,6 +25,7 @@ object-mode path and emits one `ObjectModeFallbackWarning` naming the method.
 import re
 import warnings
 from collections.abc import Callable
+from functools import lru_cache
 from hashlib import sha256
 from typing import NamedTuple
 
@@ -84,7 +92,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 54
+SOLVER_CACHE_VERSION = 55
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -154,9 +162,14 @@ def _object_mode(op: ScipyWrapperOp, node: Apply, reason: str, **kwargs) -> tupl
 
 
 def _bind_inputs(
-    op: ScipyWrapperOp, run: Callable, interval_name: str | None, scalar_args: bool
+    op: ScipyWrapperOp,
+    run: Callable,
+    settings: NamedTuple,
+    interval_name: str | None,
+    scalar_args: bool,
 ) -> Callable:
-    """``f(x0, *args, *bounds)`` calling ``run(x0, args_tuple, interval)``.
+    """``f(x0, *args, *bounds)`` calling ``run(x0, args_tuple, interval, settings)``, the op's
+    settings a constant of ``f`` (``run`` is shared by ops that differ only in them).
 
     With ``scalar_args`` the (0-d) arguments are handed on as scalars, for an
     inner graph lowered on floats (`scalar_core`). Generated source, because
@@ -170,30 +183,32 @@ def _bind_inputs(
     args_tuple = f"({', '.join(passed)}{',' if n_args else ''})"
     name = f"{type(op).__name__.lower()}_{re.sub(r'[^0-9a-z]', '_', op.method.lower())}"
     signature = ", ".join(["x0", *arg_names, *bound_names])
-    src = f"def {name}({signature}):\n    return run(x0, {args_tuple}, {interval})\n"
+    src = f"def {name}({signature}):\n    return run(x0, {args_tuple}, {interval}, SETTINGS)\n"
     return numba_njit(
         compile_numba_function_src(
-            src, name, {"run": run, "NO_INTERVAL": np.empty(0, dtype=np.float64)}
+            src,
+            name,
+            {"run": run, "SETTINGS": settings, "NO_INTERVAL": np.empty(0, dtype=np.float64)},
         )
     )
 
 
-def _vector_runner(solve: Callable, settings: NamedTuple, dtype: str) -> Callable:
+def _vector_runner(solve: Callable, dtype: str) -> Callable:
     scalar_type = np.dtype(dtype).type
 
     @numba_njit
-    def run(x0, args, interval):
+    def run(x0, args, interval, settings):
         x, converged = solve(problem.as_float64_vector(x0), args, settings)
         return x.reshape(x0.shape).astype(scalar_type), converged
 
     return run
 
 
-def _scalar_runner(solve: Callable, settings: NamedTuple, dtype: str) -> Callable:
+def _scalar_runner(solve: Callable, dtype: str) -> Callable:
     scalar_type = np.dtype(dtype).type
 
     @numba_njit
-    def run(x0, args, interval):
+    def run(x0, args, interval, settings):
         x, converged = solve(
             args, problem.as_float(x0), np.asarray(interval, dtype=np.float64), settings
         )
@@ -222,22 +237,46 @@ def _outputs_subgraph(fgraph: FrozenFunctionGraph, outputs: tuple[int, ...]) -> 
     )
 
 
+# Bounds on what a process keeps compiled: entries are small next to a test
+# session's distinct problems, each holds its compiled machine code.
+_LOWERED_CACHE_SIZE = 256
+
+
+@lru_cache(maxsize=_LOWERED_CACHE_SIZE)
 def _lower_evaluation(
-    op: ScipyWrapperOp, evaluation: problem.Evaluation, on_floats: bool, ofg_memo
+    op_type: type, fgraph: FrozenFunctionGraph, evaluation: problem.Evaluation, on_floats: bool
 ) -> tuple[Callable, str | None]:
-    """The jitted ``fun(x, args)`` of one evaluation and its inner graph's cache key."""
-    fgraph = _outputs_subgraph(op.fgraph, evaluation.outputs)
+    """The jitted ``fun(x, args)`` of one evaluation of the inner graph ``fgraph`` (computing only
+    the outputs it reads) and the graph's cache key."""
     inner, inner_key = numba_funcify_and_cache_key(
-        fgraph, fgraph_name=f"numba_{type(op).__name__.lower()}_inner", ofg_memo=ofg_memo
+        fgraph, fgraph_name=f"numba_{op_type.__name__.lower()}_inner"
     )
-    x_type = op.inner_inputs[0].type
+    x_type = fgraph.inputs[0].type
     # The whole graph's scalar op computes any subset of its outputs too.
     core = scalar_core(fgraph) if on_floats else None
     if core is not None:
         return evaluation.adapter(core, problem.scalar_to_float(x_type.dtype)), inner_key
-    if isinstance(op, ScipyScalarWrapperOp):
+    if issubclass(op_type, ScipyScalarWrapperOp):
         return evaluation.adapter(inner, problem.scalar_to_inner(x_type.dtype)), inner_key
     return evaluation.adapter(inner, problem.vector_to_inner(x_type.ndim, x_type.dtype)), inner_key
+
+
+@lru_cache(maxsize=_LOWERED_CACHE_SIZE)
+def _solver_runner(
+    op_type: type, solver: str, fgraphs: tuple[FrozenFunctionGraph, ...], on_floats: bool
+) -> tuple[Callable, tuple[str | None, ...]]:
+    """``run(x0, args, interval, settings)`` of the native ``solver`` on the evaluations' inner
+    graphs ``fgraphs`` (their first input is ``x``), and their cache keys."""
+    evaluations, make_solver = NATIVE_SOLVERS[(op_type, solver)]
+    funs, inner_keys = zip(
+        *(
+            _lower_evaluation(op_type, fgraph, evaluation, on_floats)
+            for fgraph, evaluation in zip(fgraphs, evaluations, strict=True)
+        ),
+        strict=True,
+    )
+    runner = _scalar_runner if issubclass(op_type, ScipyScalarWrapperOp) else _vector_runner
+    return runner(make_solver(*funs), fgraphs[0].inputs[0].type.dtype), inner_keys
 
 
 def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | None]:
@@ -248,18 +287,16 @@ def _lower(op: ScipyWrapperOp, node: Apply, **kwargs) -> tuple[Callable, str | N
         return _object_mode(op, node, str(reason), **kwargs)
 
     on_floats = isinstance(op, ScipyScalarWrapperOp) and scalar_core(op.fgraph) is not None
-    evaluations, make_solver = NATIVE_SOLVERS[(type(op), plan.solver)]
-    funs, inner_keys = zip(
-        *(
-            _lower_evaluation(op, evaluation, on_floats, kwargs.get("ofg_memo"))
-            for evaluation in evaluations
-        ),
-        strict=True,
+    op_type: type = type(op)
+    evaluations, make_solver = NATIVE_SOLVERS[(op_type, plan.solver)]
+    run, inner_keys = _solver_runner(
+        op_type,
+        plan.solver,
+        tuple(_outputs_subgraph(op.fgraph, evaluation.outputs) for evaluation in evaluations),
+        on_floats,
     )
     x_type = op.inner_inputs[0].type
-    runner = _scalar_runner if isinstance(op, ScipyScalarWrapperOp) else _vector_runner
-    run = runner(make_solver(*funs), plan.settings, x_type.dtype)
-    lowered = _bind_inputs(op, run, _interval_name(op), scalar_args=on_floats)
+    lowered = _bind_inputs(op, run, plan.settings, _interval_name(op), scalar_args=on_floats)
 
     if None in inner_keys:
         return lowered, None
