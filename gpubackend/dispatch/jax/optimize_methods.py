@@ -581,6 +581,10 @@ def _jax_support(op: ScipyWrapperOp) -> tuple[JaxSupport, SolverBuilder]:
     refuse_before_scipy(op)
     options = op_options(op)
     method = options.method(op.method)
+    if method is not None and method.jax is None:
+        # What scipy refuses (crossed bounds, a missing derivative) is its ValueError first, as
+        # under NUMBA, and only then a method JAX does not run.
+        resolve(op)
     if method is None or method.jax is None:
         supported = sorted(m.name for m in options.methods.values() if m.jax is not None)
         raise NotImplementedError(
