@@ -101,9 +101,11 @@ def _tolerances(spec: OptimizeSpec) -> dict[str, float]:
         on_value = spec.kind == "minimize" and spec.method in MINIMIZE_TOL_ON_VALUE
         return {"ftol" if on_value else "xtol": spec.tol or UNKNOWN_DEFAULT_TOL}
     names = [name for name in method.tol_sets or ("xtol",) if name in method.options()]
-    return {
+    tolerances = {
         name: spec.tol if spec.tol is not None else getattr(method.defaults, name) for name in names
     }
+    # A negative default (TNC's) is scipy's sentinel for the solver's own choice, unknown here.
+    return {name: value for name, value in tolerances.items() if value >= 0}
 
 
 def accuracy(spec: OptimizeSpec) -> float:
