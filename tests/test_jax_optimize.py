@@ -566,6 +566,36 @@ def test_maxiter_counts_scipy_iterations_not_evaluations(method):
         )
 
 
+def test_trust_krylov_takes_trlibs_exact_solve_by_name():
+    """``inexact=False`` asks trlib to solve each subproblem exactly, as the lowering does: the
+    same point, and the same verdict one iteration short of scipy's count and at it."""
+    x0 = np.array([-1.2, 1.0, -0.5, 0.8])
+    derivatives = {"jac": scipy.optimize.rosen_der, "hess": scipy.optimize.rosen_hess}
+    options = {"inexact": False}
+    count = scipy.optimize.minimize(
+        _rosenbrock, x0, method="trust-krylov", options=options, **derivatives
+    ).nit
+    x = pt.vector("x")
+    for maxiter in (count - 1, count):
+        expected = scipy.optimize.minimize(
+            _rosenbrock,
+            x0,
+            method="trust-krylov",
+            options={**options, "maxiter": maxiter},
+            **derivatives,
+        )
+        solution, success = minimize(
+            _rosenbrock(x),
+            x,
+            method="trust-krylov",
+            hess=True,
+            optimizer_kwargs={"options": {**options, "maxiter": maxiter}},
+        )
+        got_x, got_success = compile_checked([x], [solution, success], [x0], "JAX_GPU")
+        assert bool(got_success) == expected.success == (maxiter == count)
+        np.testing.assert_allclose(got_x, expected.x, rtol=1e-6, atol=1e-8)
+
+
 @pytest.mark.parametrize("mode", JAX_MODES)
 def test_method_without_jax_equivalent_is_refused_at_compile_time(mode):
     inputs, outputs, _ = _minimize_problem("COBYLA")

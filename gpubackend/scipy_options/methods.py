@@ -110,7 +110,7 @@ _NATIVE_WITH_HESS = NumbaSupport(("jac", "hess"))
 _JAX_TRUST_REGION = JaxSupport(
     frozenset({"gtol", "maxiter", "initial_trust_radius", "max_trust_radius", "eta"})
 )
-_NOT_KRYLOV = frozenset({"inexact"})
+_KRYLOV_ONLY = frozenset({"inexact"})
 _INTERIOR_POINT = frozenset({"bounds"})
 """trust-constr with bounds runs scipy's interior-point method, which has no native version."""
 _JAX_TRUST_CONSTR = JaxSupport(frozenset(s.TrustConstrSettings._fields) - _INTERIOR_POINT)
@@ -230,7 +230,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 ("gtol",),
                 needs_hessian=True,
                 refusal=s.trust_region_refusal,
-                jax=_JAX_TRUST_REGION,
+                jax=JaxSupport(_JAX_TRUST_REGION.honours | _KRYLOV_ONLY),
                 numba=_NATIVE_WITH_HESS,
             ),
             *(
@@ -238,7 +238,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                     name,
                     s.TrustRegionSettings(),
                     ("gtol",),
-                    lacks=_NOT_KRYLOV,
+                    lacks=_KRYLOV_ONLY,
                     needs_hessian=True,
                     refusal=s.trust_region_refusal,
                     jax=_JAX_TRUST_REGION,

@@ -44,6 +44,20 @@ class ResolvedOptions:
                 f"{backend}; supported are {sorted(honoured)}"
             )
 
+    def refuse_early_subproblem_stop(self, backend: str) -> None:
+        """Raise `UnsupportedOption` for trust-krylov's ``inexact=True`` given by name.
+
+        Both backends solve each trust-krylov subproblem exactly, as trlib does with
+        ``inexact=False``; that stands in for scipy's default, but trlib's early stop asked for
+        by name is scipy's alone.
+        """
+        if "inexact" in self.given and getattr(self.settings, "inexact", False):
+            raise UnsupportedOption(
+                f"{self.kind}(method={self.method.name!r}): inexact=True is not supported by the "
+                f"{backend}, which solves each subproblem exactly; pass inexact=False (trlib's "
+                f"exact solve) or leave inexact at its default"
+            )
+
 
 def op_options(op: ScipyWrapperOp) -> OpOptions:
     """How ``op``'s kind takes scipy's options."""

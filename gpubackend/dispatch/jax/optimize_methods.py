@@ -606,6 +606,7 @@ def solver_for_size(op: ScipyWrapperOp, dtype: str) -> Callable[[int], SolverCho
     support, build = _jax_support(op)
     resolved = resolve(op)
     resolved.refuse_unless_honoured(support.honours, _BACKEND)
+    resolved.refuse_early_subproblem_stop(_BACKEND)
     return lambda n_variables: build(resolved.settings, max(n_variables, 1), dtype)
 
 

@@ -20,7 +20,7 @@ from pytensor.tensor.optimize import (
 
 from gpubackend.errors import UnsupportedMethod, UnsupportedOption
 from gpubackend.scipy_options import OP_OPTIONS, resolve
-from gpubackend.scipy_options.settings import LineSearchSettings, TrustRegionSettings
+from gpubackend.scipy_options.settings import LineSearchSettings
 
 
 class NoNativeSolver(Exception):
@@ -61,23 +61,12 @@ def solver_plan(op: ScipyWrapperOp) -> SolverPlan:
         resolved.refuse_unless_honoured(
             frozenset(resolved.settings._fields) - native.ignores, "native Numba lowering"
         )
+        resolved.refuse_early_subproblem_stop("native Numba lowering")
     except UnsupportedOption as reason:
         raise NoNativeSolver(str(reason)) from None
     settings = resolved.settings
     if isinstance(settings, LineSearchSettings) and settings.norm != np.inf:
         raise NoNativeSolver(f"{resolved.method.name} is native only with norm=inf")
-    if (
-        isinstance(settings, TrustRegionSettings)
-        and "inexact" in resolved.given
-        and settings.inexact
-    ):
-        # Only trust-krylov takes ``inexact``. The native solver solves each subproblem exactly,
-        # as trlib does with inexact=False; it stands in for scipy's default too (as on JAX), but
-        # trlib's early stop asked for by name is scipy's alone.
-        raise NoNativeSolver(
-            "minimize method 'trust-krylov' is native only with inexact=False or inexact left "
-            "at its default (the native solver solves each subproblem exactly)"
-        )
     if isinstance(op, RootScalarOp) and key == "newton" and not op.jac:
         # Without a derivative output scipy runs Newton on a forward difference; so do we.
         key = "newton-forward-difference"
