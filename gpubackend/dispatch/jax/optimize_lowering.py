@@ -117,7 +117,6 @@ def _start(x0, dtype: str) -> jax.Array:
 # optimistix solvers that lineax or equinox refuse to trace inside a manual mesh (`damped_newton`).
 _UNTRACEABLE_IN_MESH = (
     optx.AbstractBFGS,
-    optx.LBFGS,
     HybridPowell,
     MinpackLevenbergMarquardt,
     SpectralResidual,

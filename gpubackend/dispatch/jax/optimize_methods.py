@@ -284,29 +284,26 @@ def _box(bounds: tuple[tuple[float, ...], tuple[float, ...]], n: int) -> tuple[A
 
 
 def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:
-    # scipy stops on a small relative decrease of f (ftol) or a small gradient (gtol).
+    # The Numba solver's projected L-BFGS, bounded or not (infinite bounds project nothing): its
+    # stopping tests are scipy's, on a small relative decrease of f (ftol) or a small projected
+    # gradient (gtol), so both backends stop where scipy does.
     rtol, atol = _floored(dtype, settings.ftol, settings.gtol)
-    if np.isfinite(np.concatenate(settings.bounds)).any():
-        lower, upper = _box(settings.bounds, n)
-        bounded = ProjectedLBFGS(
-            ftol=settings.ftol,
-            gtol=settings.gtol,
-            lower=lower,
-            upper=upper,
-            rtol=rtol,
-            atol=atol,
-            norm=optx.max_norm,
-            maxcor=settings.maxcor,
-            max_iterations=settings.maxiter,
-            max_evaluations=settings.maxfun,
-            max_line_search=settings.maxls,
-        )
-        # One step per iteration; the verdict before the first needs none.
-        return SolverChoice(bounded, max(settings.maxiter, 1))
-    solver: optx.AbstractMinimiser = optx.LBFGS(
-        rtol=rtol, atol=atol, history_length=settings.maxcor
+    lower, upper = _box(settings.bounds, n)
+    solver = ProjectedLBFGS(
+        ftol=settings.ftol,
+        gtol=settings.gtol,
+        lower=lower,
+        upper=upper,
+        rtol=rtol,
+        atol=atol,
+        norm=optx.max_norm,
+        maxcor=settings.maxcor,
+        max_iterations=settings.maxiter,
+        max_evaluations=settings.maxfun,
+        max_line_search=settings.maxls,
     )
-    return _iterations(solver, settings.maxiter, settings.maxfun)
+    # One step per iteration; the verdict before the first needs none.
+    return SolverChoice(solver, max(settings.maxiter, 1))
 
 
 def _newton_cg(settings: s.NewtonCGSettings, n: int, dtype: str) -> SolverChoice:
