@@ -319,3 +319,18 @@ def test_jax_tnc_solver_takes_scipys_steps_and_evaluations(case):
         np.testing.assert_allclose(x, want.x, rtol=1e-4)
     elif want.success:
         np.testing.assert_allclose(x, want.x, rtol=1e-3)
+
+
+def test_jax_tnc_without_the_ops_gradient_differentiates_exactly():
+    # scipy's finite differences (jac=False) part from its path with the op's gradient at once;
+    # the JAX lowering differentiates the objective itself, so it takes the jac=True path.
+    x, a = pt.vector("x"), pt.scalar("a")
+
+    def solve(jac):
+        return minimize(
+            rosenbrock(x, a), x, method="TNC", jac=jac, optimizer_kwargs={"tol": TIGHT}
+        )[0]
+
+    got = _compiled([x, a], [solve(False)], "JAX_GPU")(STARTS["inside"], 1.3)[0]
+    want = pytensor.function([x, a], solve(True), mode=REFERENCE_MODE)(STARTS["inside"], 1.3)
+    np.testing.assert_allclose(got, want, rtol=RTOL["tight"])
