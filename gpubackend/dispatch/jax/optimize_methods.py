@@ -57,6 +57,7 @@ from gpubackend.dispatch.jax.projected_lbfgs import ProjectedLBFGS
 from gpubackend.dispatch.jax.ridder import Ridder
 from gpubackend.dispatch.jax.scalar_minimize import ScipyBounded, ScipyBrent, ScipyGolden
 from gpubackend.dispatch.jax.slsqp import SLSQP
+from gpubackend.dispatch.jax.tnc import TNC, tnc_options
 from gpubackend.dispatch.jax.toms748 import Toms748
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import ScipyTrustRegion
@@ -274,13 +275,21 @@ def _cg(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
     return SolverChoice(solver, max(maxiter, 1))
 
 
-def _box(bounds: tuple[tuple[float, ...], tuple[float, ...]], n: int) -> tuple[Any, Any]:
-    """scipy's box ``bounds`` (as resolved: in order) as two arrays of ``n`` entries; scipy's
-    error for a number of pairs that is not ``n``."""
+def _box_bounds(
+    bounds: tuple[tuple[float, ...], tuple[float, ...]], n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """scipy's box ``bounds`` (as resolved: in order) as two NumPy arrays of ``n`` entries;
+    scipy's error for a number of pairs that is not ``n``."""
     lower, upper = (np.asarray(bound, dtype=np.float64) for bound in bounds)
     if lower.size not in (1, n):
         raise ValueError("minimize `bounds` must hold one (lower, upper) pair per element of x")
-    return jnp.asarray(np.broadcast_to(lower, (n,))), jnp.asarray(np.broadcast_to(upper, (n,)))
+    return np.broadcast_to(lower, (n,)), np.broadcast_to(upper, (n,))
+
+
+def _box(bounds: tuple[tuple[float, ...], tuple[float, ...]], n: int) -> tuple[Any, Any]:
+    """`_box_bounds` as JAX arrays."""
+    lower, upper = _box_bounds(bounds, n)
+    return jnp.asarray(lower), jnp.asarray(upper)
 
 
 def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:
@@ -357,6 +366,14 @@ def _slsqp(settings: s.SLSQPSettings, n: int, dtype: str) -> SolverChoice:
     )
     # One step per scipy iteration; the last one's verdict needs no step of its own.
     return SolverChoice(solver, settings.maxiter + 1)
+
+
+def _tnc(settings: s.TNCSettings, n: int, dtype: str) -> SolverChoice:
+    options = tnc_options(settings, *_box_bounds(settings.bounds, n))
+    solver = TNC(options=options, rtol=0.0, atol=0.0, norm=optx.max_norm)
+    # One step per iteration of tnc.c; an iteration that calls the objective not at all adds a
+    # bound, so there are at most n + 1 of them per call of its budget.
+    return SolverChoice(solver, max(options.max_evaluations, 1) * (n + 1))
 
 
 def _trust_constr(settings: s.TrustConstrSettings, n: int, dtype: str) -> SolverChoice:
@@ -543,6 +560,7 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "dogleg"): _trust_region(trust_subproblems.dogleg),
     (MinimizeOp, "slsqp"): _slsqp,
     (MinimizeOp, "trust-constr"): _trust_constr,
+    (MinimizeOp, "tnc"): _tnc,
     (MinimizeOp, "nelder-mead"): _nelder_mead,
     (MinimizeOp, "powell"): _powell,
     (RootOp, "hybr"): _hybr,
