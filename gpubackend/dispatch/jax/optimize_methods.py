@@ -62,6 +62,7 @@ from gpubackend.dispatch.jax.toms748 import Toms748
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import ScipyTrustRegion
 from gpubackend.dispatch.jax.trust_subproblems import Subproblem
+from gpubackend.errors import UnsupportedMethod
 from gpubackend.scipy_options import (
     OP_OPTIONS,
     minimize_maxiter,
@@ -602,7 +603,7 @@ def _jax_support(op: ScipyWrapperOp) -> tuple[JaxSupport, SolverBuilder]:
         resolve(op)
     if method is None or method.jax is None:
         supported = sorted(m.name for m in options.methods.values() if m.jax is not None)
-        raise NotImplementedError(
+        raise UnsupportedMethod(
             f"{options.kind}: method {op.method!r} has no JAX (optimistix) equivalent; "
             f"supported methods are {', '.join(supported)}"
         )
