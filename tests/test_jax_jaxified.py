@@ -50,6 +50,7 @@ def test_logp_with_a_minimize_and_an_ofg_is_jitted_and_differentiated_by_jax():
 DERIVATIVE_FREE_MINIMIZE = {
     "Nelder-Mead": {"tol": 1e-12, "options": {"maxfev": 5000}},
     "Powell": {"tol": 1e-12},
+    "COBYLA": {"tol": 1e-10},
 }
 
 
@@ -258,6 +259,12 @@ OTHER_SOLVERS = {
     )[0].sum(),
     "powell": lambda y, a: minimize(
         ((y - a) ** 2).sum() + (y**4).sum(), y, method="Powell", optimizer_kwargs={"tol": 1e-10}
+    )[0].sum(),
+    "cobyla": lambda y, a: minimize(
+        ((y - a) ** 2).sum() + (y**4).sum(),
+        y,
+        method="COBYLA",
+        optimizer_kwargs={"tol": 1e-10, "bounds": [(None, 0.3), (None, None)]},
     )[0].sum(),
 }
 

@@ -218,6 +218,14 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 numba=NumbaSupport(ignores=frozenset({"direc"})),
             ),
             ScipyMethod(
+                "COBYLA",
+                s.COBYLASettings(),
+                ("tol",),
+                jax=JaxSupport(
+                    frozenset({"rhobeg", "tol", "maxiter", "catol", "f_target", "bounds"})
+                ),
+            ),
+            ScipyMethod(
                 "TNC",
                 s.TNCSettings(),
                 ("xtol", "ftol", "gtol"),

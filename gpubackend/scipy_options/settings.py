@@ -169,6 +169,23 @@ class PowellSettings(NamedTuple):
     direc: object = None
 
 
+class COBYLASettings(NamedTuple):
+    """``minimize(method="COBYLA")`` (PRIMA's, scipy 1.18's ``pyprima``) without constraints:
+    ``rhobeg`` is the first trust-region radius, ``tol`` the last; ``maxiter`` counts evaluations;
+    ``catol`` is the violation (of ``bounds``, which COBYLA models as linear constraints) a
+    successful answer may keep (scipy's ``None`` is ``sqrt(eps)``); the solve also ends once
+    ``f <= f_target`` at a feasible point. ``disp`` only prints.
+    """
+
+    rhobeg: float = 1.0
+    tol: float = 1e-4
+    maxiter: int = 1000
+    disp: int = 0
+    catol: float = SQRT_EPS
+    f_target: float = -np.inf
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
+
+
 class TNCSettings(NamedTuple):
     """``minimize(method="TNC")`` (scipy's truncated Newton, ``tnc.c``), in scipy's option names.
 

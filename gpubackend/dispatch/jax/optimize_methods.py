@@ -36,6 +36,7 @@ from gpubackend.dispatch.jax.anderson import Anderson
 from gpubackend.dispatch.jax.bisect import Bisect
 from gpubackend.dispatch.jax.brent_roots import BrentRoot, hyperbolic_step, inverse_quadratic_step
 from gpubackend.dispatch.jax.broyden import BroydenFirst, BroydenSecond
+from gpubackend.dispatch.jax.cobyla import ScipyCOBYLA
 from gpubackend.dispatch.jax.df_sane import SpectralResidual
 from gpubackend.dispatch.jax.diagonal_jacobians import (
     DiagonalBroyden,
@@ -441,6 +442,24 @@ _powell = _direct_search(
 )
 
 
+def _cobyla(settings: s.COBYLASettings, n: int, dtype: str) -> SolverChoice:
+    lower, upper = settings.bounds
+    solver = ScipyCOBYLA(
+        rhobeg=settings.rhobeg,
+        tol=settings.tol,
+        maxiter=settings.maxiter,
+        catol=settings.catol,
+        f_target=settings.f_target,
+        lower=lower,
+        upper=upper,
+        rtol=settings.tol,
+        atol=settings.tol,
+        norm=optx.max_norm,
+    )
+    # One step per iteration; PRIMA stops after 10 * maxfun of them (maxfun >= n + 2).
+    return SolverChoice(solver, 10 * max(settings.maxiter, n + 2))
+
+
 def _hybr(settings: s.HybrSettings, n: int, dtype: str) -> SolverChoice:
     maxfev = minpack_maxfev(settings.maxfev, n)
     rtol, atol = _floored(dtype, settings.xtol, settings.xtol)
@@ -564,6 +583,7 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "tnc"): _tnc,
     (MinimizeOp, "nelder-mead"): _nelder_mead,
     (MinimizeOp, "powell"): _powell,
+    (MinimizeOp, "cobyla"): _cobyla,
     (RootOp, "hybr"): _hybr,
     (RootOp, "lm"): _lm,
     (RootOp, "broyden1"): _nonlin_solve(BroydenFirst),
