@@ -109,6 +109,8 @@ CASES: tuple[Case, ...] = (
     Case("root", "broyden2", "two_equations", kwargs=(("jac", False),)),
     Case("root", "diagbroyden", "two_equations", kwargs=(("jac", False),)),
     Case("root", "anderson", "two_equations", kwargs=(("jac", False),)),
+    Case("root", "krylov", "two_equations", kwargs=(("jac", False),)),
+    Case("root", "krylov", "two_equations", kwargs=(("jac", False),), grad=True),
     Case("root", "linearmixing", "negated_cubic3", kwargs=(("jac", False),)),
     Case("root", "excitingmixing", "negated_cubic3", kwargs=(("jac", False),)),
     Case("minimize_scalar", "brent", "quartic1", options=(("tol", 1e-12),)),

@@ -20,7 +20,7 @@ from pytensor.tensor.optimize import ScipyWrapperOp
 
 from gpubackend.errors import UnsupportedMethod, UnsupportedOption
 from gpubackend.scipy_options.methods import OP_OPTIONS, OpOptions, ScipyMethod
-from gpubackend.scipy_options.settings import UNHONOURED_CHOICES
+from gpubackend.scipy_options.settings import UNHONOURED_CHOICES, UNHONOURED_NESTED_OPTIONS
 
 # Keyword arguments that change nothing about the answer (printing, history).
 _COSMETIC = frozenset({"disp", "return_all", "iprint"})
@@ -217,6 +217,11 @@ def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any)
 
 
 def _choice(where: str, choices: Mapping[object, str], value: Any) -> str:
+    if callable(value):
+        raise UnsupportedOption(
+            f"{where}: a callable is not supported by gpubackend; use one of "
+            f"{sorted(set(choices.values()) - set(UNHONOURED_CHOICES))}"
+        )
     try:
         choice = choices[value]
     except (KeyError, TypeError):
@@ -224,7 +229,9 @@ def _choice(where: str, choices: Mapping[object, str], value: Any) -> str:
             f"{where} must be one of {sorted(choices, key=repr)}, got {value!r}"
         ) from None
     if choice in UNHONOURED_CHOICES:
-        raise UnsupportedOption(f"{where}: {value!r} is not supported by gpubackend")
+        raise UnsupportedOption(
+            f"{where}: {value!r} is not supported by gpubackend; {UNHONOURED_CHOICES[choice]}"
+        )
     return choice
 
 
@@ -234,6 +241,17 @@ def _nested(kind: str, method: ScipyMethod, name: str, value: Any, default: Name
         raise ValueError(
             f"{kind}(method={method.name!r}) option {name!r} must be a dict, got {value!r}"
         )
+    where = f"{kind}(method={method.name!r}) {name}"
+    for key, entry in value.items():
+        if key in UNHONOURED_NESTED_OPTIONS:
+            raise UnsupportedOption(
+                f"{where} {key!r} is not supported by gpubackend; {UNHONOURED_NESTED_OPTIONS[key]}"
+            )
+        if getattr(default, key, 0) is None and entry is not None:
+            raise UnsupportedOption(
+                f"{where} {key!r} (an object scipy calls) is not supported by gpubackend; leave "
+                "it None"
+            )
     if unknown := sorted(set(value) - set(default._fields)):
         raise TypeError(
             f"{kind}(method={method.name!r}) {name} {unknown} are not options of this method; "

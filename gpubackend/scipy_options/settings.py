@@ -322,11 +322,37 @@ class ExcitingMixingJacobianOptions(NamedTuple):
     alphamax: float = 1.0
 
 
+class KrylovJacobianOptions(NamedTuple):
+    """``jac_options`` of ``root(method="krylov")``: Jacobian-vector products by forward
+    differences of relative step ``rdiff`` (NaN: scipy's ``None``, ``sqrt(eps)``), inverted by
+    ``method`` (``"lgmres"`` or ``"gmres"``), one restart cycle per nonlinear step.
+
+    ``lgmres`` builds ``inner_inner_m`` Krylov vectors after the ``outer_k``
+    directions kept from earlier steps (scipy passes it no ``inner_maxiter``);
+    ``gmres`` builds ``inner_restart`` (-1: ``inner_maxiter``), at most
+    ``len(x)``. ``inner_rtol`` (NaN: the driver's forcing term) and
+    ``inner_atol`` are the inner solver's tolerances. ``inner_M`` (a
+    preconditioner, scipy's default ``None``) is taken as given and refused
+    unless ``None``.
+    """
+
+    rdiff: float = np.nan
+    method: str = "lgmres"
+    inner_maxiter: int = 20
+    outer_k: int = 10
+    inner_inner_m: int = 30
+    inner_restart: int = -1
+    inner_rtol: float = np.nan
+    inner_atol: float = 0.0
+    inner_M: object = None
+
+
 NONLIN_JACOBIAN_OPTIONS = (
     BroydenJacobianOptions
     | AndersonJacobianOptions
     | MixingJacobianOptions
     | ExcitingMixingJacobianOptions
+    | KrylovJacobianOptions
 )
 
 UNTIL_CONVERGED = -1
@@ -365,12 +391,32 @@ NONLIN_CHOICES: dict[str, dict[object, str]] = {
         False: "none",
     },
     "reduction_method": {"restart": "restart", "simple": "simple", "svd": "svd"},
+    "method": {name: name for name in ("lgmres", "gmres", "bicgstab", "cgs", "minres", "tfqmr")},
 }
 """``nonlin_solve``'s options that take one of a few scipy values (``None`` among them), and how
 the settings spell each."""
 
-UNHONOURED_CHOICES = frozenset({"wolfe"})
-"""Choices scipy has that no backend runs (``nonlin_solve``'s finite-difference Wolfe search)."""
+_KRYLOV_INNER_METHODS = "use method='lgmres' (scipy's default) or method='gmres'"
+UNHONOURED_CHOICES: dict[str, str] = {
+    "wolfe": "use line_search='armijo' (scipy's default) or None",
+    **dict.fromkeys(("bicgstab", "cgs", "minres", "tfqmr"), _KRYLOV_INNER_METHODS),
+}
+"""Choices scipy has that no backend runs (``nonlin_solve``'s finite-difference Wolfe search,
+krylov's other inner solvers), and what to use instead."""
+
+UNHONOURED_NESTED_OPTIONS: dict[str, str] = {
+    **dict.fromkeys(
+        ("inner_outer_v", "inner_store_outer_Av", "inner_prepend_outer_v"),
+        "krylov keeps scipy's defaults for lgmres's outer vectors; leave them unset",
+    ),
+    **dict.fromkeys(
+        ("inner_x0", "inner_callback", "inner_callback_type"),
+        "the inner solver starts from zero and reports to no callback; leave it unset",
+    ),
+}
+"""Family options (``jac_options``) scipy takes that no backend honours, and the advice given
+when one is set. An option whose default is ``None`` (krylov's preconditioner ``inner_M``) is
+refused the same way unless it is ``None``."""
 
 BFGS = LineSearchSettings()
 CG = LineSearchSettings(c2=0.4)

@@ -18,7 +18,10 @@ module each, `gpubackend.solvers.broyden`, ...):
 - ``inverse_times(state, options, f, tol) -> (state, J^-1 f)``;
 - ``update(state, options, x, f, x_previous, f_previous) -> state``;
 
-``options`` being the method's ``jac_options`` (`gpubackend.scipy_options.settings`).
+``options`` being the method's ``jac_options`` (`gpubackend.scipy_options.settings`). An
+approximation that evaluates the equations itself (scipy's ``KrylovJacobian``, by finite
+differences) gives ``bind_inverse_times(residual)`` instead, a jitted
+``inverse_times(state, options, f, tol, args)`` (`make_matrix_free_nonlin_solver`).
 """
 
 from collections.abc import Callable
@@ -105,7 +108,25 @@ def make_nonlin_solver(setup: Callable, inverse_times: Callable, update: Callabl
     """``make(residual)`` for one Jacobian approximation: ``solve(x0, args, settings:
     NonlinSettings) -> (x, converged)``, ``residual(x, args)`` returning ``F``."""
 
+    def bind_inverse_times(residual: Callable) -> Callable:
+        @numba_njit(error_model="numpy")
+        def inverse_times_without_residual(state, options, f, tol, args):
+            return inverse_times(state, options, f, tol)
+
+        return inverse_times_without_residual
+
+    return make_matrix_free_nonlin_solver(setup, bind_inverse_times, update)
+
+
+def make_matrix_free_nonlin_solver(
+    setup: Callable, bind_inverse_times: Callable, update: Callable
+) -> Callable:
+    """`make_nonlin_solver` for an approximation whose ``inverse_times`` evaluates the equations:
+    ``bind_inverse_times(residual)`` returns it, taking the equations' ``args`` last."""
+
     def make(residual: Callable) -> Callable:
+        inverse_times = bind_inverse_times(residual)
+
         @numba_njit(error_model="numpy")
         def armijo_search(x, fx, dx, args):
             """scipy's ``_nonlin_line_search(..., 'armijo')``: ``(x + s dx, F there)``, the full
@@ -151,7 +172,7 @@ def make_nonlin_solver(setup: Callable, inverse_times: Callable, update: Callabl
                 if verdict != CONTINUE:
                     return x, verdict == CONVERGED
                 state, inverse_f = inverse_times(
-                    state, settings.jac_options, fx, min(eta, eta * fx_norm)
+                    state, settings.jac_options, fx, min(eta, eta * fx_norm), args
                 )
                 dx = -inverse_f
                 if norm(dx) == 0.0:

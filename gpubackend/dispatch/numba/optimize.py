@@ -70,6 +70,7 @@ from gpubackend.solvers.diagonal_jacobians import (
 )
 from gpubackend.solvers.golden import make_golden
 from gpubackend.solvers.hybrid_powell import make_hybrid_powell
+from gpubackend.solvers.krylov import make_krylov
 from gpubackend.solvers.levenberg_marquardt import make_levenberg_marquardt
 from gpubackend.solvers.nelder_mead import make_nelder_mead
 from gpubackend.solvers.newton_cg import make_newton_cg
@@ -92,7 +93,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 55
+SOLVER_CACHE_VERSION = 56
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -128,6 +129,7 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Cal
     (RootOp, "diagbroyden"): ((problem.RESIDUAL,), make_diagonal_broyden),
     (RootOp, "linearmixing"): ((problem.RESIDUAL,), make_linear_mixing),
     (RootOp, "excitingmixing"): ((problem.RESIDUAL,), make_exciting_mixing),
+    (RootOp, "krylov"): ((problem.RESIDUAL,), make_krylov),
     (RootOp, "df-sane"): ((problem.RESIDUAL,), make_df_sane),
     (MinimizeScalarOp, "brent"): ((problem.SCALAR_VALUE,), make_brent_minimize),
     (MinimizeScalarOp, "golden"): ((problem.SCALAR_VALUE,), make_golden),
