@@ -59,6 +59,7 @@ from gpubackend.dispatch.jax.optimize_methods import (
 from gpubackend.dispatch.jax.powell import ScipyPowell
 from gpubackend.dispatch.jax.projected_lbfgs import ProjectedLBFGS
 from gpubackend.dispatch.jax.slsqp import SLSQP
+from gpubackend.dispatch.jax.tr_interior_point import TrustRegionInteriorPoint
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import DERIVATIVES_OPTION, ScipyTrustRegion
 from gpubackend.scipy_options import scipy_method
@@ -154,7 +155,7 @@ def _in_mesh_stand_in(solve: Callable, fn: Objective, choice: SolverChoice, x0, 
 # verdict varies; optimistix's closure-converted objective refuses the tracers of SLSQP's
 # gradient): there a plain loop of their steps runs them (`_stepped_in_mesh`), not
 # `damped_newton`, which knows no bounds.
-_STEPPED_IN_MESH = (ProjectedLBFGS, SLSQP)
+_STEPPED_IN_MESH = (ProjectedLBFGS, SLSQP, TrustRegionInteriorPoint)
 
 
 def _stepped_in_mesh(choice: SolverChoice, fn: Objective, x0, args: tuple, options: dict | None):

@@ -58,6 +58,7 @@ from gpubackend.dispatch.jax.ridder import Ridder
 from gpubackend.dispatch.jax.scalar_minimize import ScipyBounded, ScipyBrent, ScipyGolden
 from gpubackend.dispatch.jax.slsqp import SLSQP
 from gpubackend.dispatch.jax.toms748 import Toms748
+from gpubackend.dispatch.jax.tr_interior_point import TrustRegionInteriorPoint, bound_rows
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import ScipyTrustRegion
 from gpubackend.dispatch.jax.trust_subproblems import Subproblem
@@ -274,13 +275,21 @@ def _cg(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
     return SolverChoice(solver, max(maxiter, 1))
 
 
-def _box(bounds: tuple[tuple[float, ...], tuple[float, ...]], n: int) -> tuple[Any, Any]:
-    """scipy's box ``bounds`` (as resolved: in order) as two arrays of ``n`` entries; scipy's
-    error for a number of pairs that is not ``n``."""
+def _box_arrays(
+    bounds: tuple[tuple[float, ...], tuple[float, ...]], n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """scipy's box ``bounds`` (as resolved: in order) as two NumPy arrays of ``n`` entries;
+    scipy's error for a number of pairs that is not ``n``."""
     lower, upper = (np.asarray(bound, dtype=np.float64) for bound in bounds)
     if lower.size not in (1, n):
         raise ValueError("minimize `bounds` must hold one (lower, upper) pair per element of x")
-    return jnp.asarray(np.broadcast_to(lower, (n,))), jnp.asarray(np.broadcast_to(upper, (n,)))
+    return np.broadcast_to(lower, (n,)), np.broadcast_to(upper, (n,))
+
+
+def _box(bounds: tuple[tuple[float, ...], tuple[float, ...]], n: int) -> tuple[Any, Any]:
+    """`_box_arrays` as JAX arrays."""
+    lower, upper = _box_arrays(bounds, n)
+    return jnp.asarray(lower), jnp.asarray(upper)
 
 
 def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:
@@ -364,6 +373,30 @@ def _slsqp(settings: s.SLSQPSettings, n: int, dtype: str) -> SolverChoice:
 
 def _trust_constr(settings: s.TrustConstrSettings, n: int, dtype: str) -> SolverChoice:
     rtol, atol = _floored(dtype, settings.xtol, settings.gtol)
+    lower, upper = _box_arrays(settings.bounds, n)
+    if np.isfinite(np.concatenate([lower, upper])).any():
+        index, sign, bound, lower, upper = bound_rows(lower, upper)
+        interior_point = TrustRegionInteriorPoint(
+            gtol=settings.gtol,
+            xtol=settings.xtol,
+            barrier_tol=settings.barrier_tol,
+            initial_tr_radius=settings.initial_tr_radius,
+            initial_constr_penalty=settings.initial_constr_penalty,
+            initial_barrier_parameter=settings.initial_barrier_parameter,
+            initial_barrier_tolerance=settings.initial_barrier_tolerance,
+            index=jnp.asarray(index),
+            sign=jnp.asarray(sign),
+            bound=jnp.asarray(bound),
+            lower=jnp.asarray(lower),
+            upper=jnp.asarray(upper),
+            rtol=rtol,
+            atol=atol,
+            max_iterations=settings.maxiter,
+            norm=optx.max_norm,
+        )
+        # One step per SQP iteration, each ending in at least one of scipy's stopping tests.
+        return SolverChoice(interior_point, max(settings.maxiter, 1))
+    # Every bound infinite: scipy's SQP without constraints.
     solver = TrustConstr(
         gtol=settings.gtol,
         xtol=settings.xtol,
