@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
 from gpubackend.dispatch.jax.implicit import varying_leaves_like
+from gpubackend.dispatch.jax.trust_subproblems import boundary_intersections
 
 _ORTHOGONALITY_TOLERANCE = 1e-12
 _MAX_REFINEMENTS = 3
@@ -60,16 +61,8 @@ def _unless(degenerate, interval: Interval, d) -> Interval:
 
 def sphere_intersections(z, d, radius, entire_line: bool = False) -> Interval:
     """scipy's ``sphere_intersections``: the segment (or line) ``z + t d`` in ``|x| <= radius``."""
-    a = jnp.dot(d, d)
-    b = 2 * jnp.dot(z, d)
-    c = jnp.dot(z, z) - radius**2
-    discriminant = b * b - 4 * a * c
-    aux = b + jnp.copysign(jnp.sqrt(jnp.maximum(discriminant, 0)), b)
-    first, second = -aux / (2 * a), -2 * c / aux
-    finite = _on_segment(
-        Interval(jnp.minimum(first, second), jnp.maximum(first, second), jnp.array(True)),
-        entire_line,
-    )
+    low, high = boundary_intersections(z, d, radius)
+    finite = _on_segment(Interval(low, high, jnp.array(True)), entire_line)
     infinite = (-jnp.inf, jnp.inf) if entire_line else (0.0, 1.0)
     unbounded = jnp.isinf(radius)
     interval = Interval(
@@ -77,7 +70,8 @@ def sphere_intersections(z, d, radius, entire_line: bool = False) -> Interval:
         jnp.where(unbounded, jnp.asarray(infinite[1], d.dtype), finite.high),
         unbounded | finite.intersect,
     )
-    degenerate = (jnp.linalg.norm(d) == 0) | (~unbounded & (discriminant < 0))
+    # A negative discriminant (no intersection) leaves both ends NaN.
+    degenerate = (jnp.linalg.norm(d) == 0) | (~unbounded & jnp.isnan(high))
     return _unless(degenerate, interval, d)
 
 

@@ -42,7 +42,8 @@ from gpubackend.dispatch.jax.constrained_qp import (
     modified_dogleg,
     projected_cg,
 )
-from gpubackend.dispatch.jax.implicit import varying_leaves_like, varying_like
+from gpubackend.dispatch.jax.damped_newton import in_manual_mesh
+from gpubackend.dispatch.jax.implicit import varying_leaves_like
 from gpubackend.dispatch.jax.scipy_status import status_verdict
 from gpubackend.dispatch.jax.trust_constr import (
     GRADIENT_SMALL,
@@ -377,8 +378,16 @@ class TrustRegionInteriorPoint(optx.AbstractMinimiser):
             soc = z + scaling * (d + interval.high * y_soc)
             return self._trial(evaluate, soc, n, barrier_parameter), interval.intersect
 
-        no_correction = (trial, varying_like(jnp.array(False), (trial.z,)))
-        soc, intersect = jax.lax.cond(corrected, correction, lambda _: no_correction, None)
+        if in_manual_mesh():
+            # jax's cond of a varying predicate under vmap inside a mesh re-marks the varying
+            # operands of its branches (a ValueError of pvary): there both run, one is taken.
+            candidate, reaches = correction(None)
+            soc = jax.tree.map(lambda a, b: jnp.where(corrected, a, b), candidate, trial)
+            intersect = corrected & reaches
+        else:
+            soc, intersect = jax.lax.cond(
+                corrected, correction, lambda _: (trial, jnp.array(False)), None
+            )
         soc_ratio = ratio_at(soc)
         taken = corrected & intersect & (soc_ratio >= _SUFFICIENT)
         ratio = jnp.where(taken, soc_ratio, ratio)
