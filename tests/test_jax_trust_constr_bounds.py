@@ -186,3 +186,20 @@ def test_bounds_kept_feasible_are_refused_by_name():
     )
     with pytest.raises(UnsupportedOption, match="keep_feasible"):
         pytensor.function([x], solution, mode="JAX_GPU")
+
+
+def test_float32_x_solves_as_scipy_does_in_float64():
+    _, pairs = PROBLEMS["both-ends"]
+
+    def solve(dtype):
+        x = pt.vector("x", dtype=dtype)
+        solution, success = minimize(
+            objective(x), x, method="trust-constr", optimizer_kwargs={"bounds": pairs}
+        )
+        return [x], [solution, success]
+
+    got = _compile(*solve("float32"), "JAX_GPU")(X0.astype("float32"))
+    want = pytensor.function(*solve("float64"), mode="FAST_COMPILE")(X0)
+    assert got[0].dtype == np.float32
+    assert bool(got[1]) and bool(want[1])
+    np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)

@@ -214,7 +214,7 @@ class TrustRegionInteriorPoint(optx.AbstractMinimiser):
         gradient = self._gradient(state)
         v = -Projections.of(jacobian).least_squares(gradient)
         log_slack = jnp.where(slack > 0, jnp.log(jnp.where(slack > 0, slack, 1.0)), -jnp.inf)
-        bound_multipliers = jnp.zeros(n, x.dtype).at[self.index].add(self.sign * v)
+        bound_multipliers = jnp.zeros(n, x.dtype).at[self.index].add(self.sign.astype(x.dtype) * v)
         lower, upper = self.lower.astype(x.dtype), self.upper.astype(x.dtype)
         violation = jnp.maximum(0, jnp.maximum(jnp.max(lower - x), jnp.max(x - upper)))
         return eqx.tree_at(
