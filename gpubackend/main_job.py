@@ -46,6 +46,7 @@ QUICK_CASES = (
     "root_scalar_grad",
     "minimize_scalar_grad",
     "scan_in_ofg",
+    "root_scalar_newton",
 )
 """At least one case of every catalogue family, each cheap to compile cold on every backend."""
 

@@ -17,6 +17,7 @@ from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.optimize import minimize, minimize_scalar, root, root_scalar
 
 from gpubackend import UnsupportedOption
+from gpubackend.conformance.method_cases import build_method_case
 from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference, compile_checked
 
 A_VALUE = np.array([1.0, -2.0, 0.5])
@@ -564,6 +565,17 @@ def test_maxiter_counts_scipy_iterations_not_evaluations(method):
             maxiter,
             needed,
         )
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_newton_cg_converges_where_its_direction_vanishes(mode):
+    """At the minimiser CG takes no step (the curvature along the tiny gradient is below scipy's
+    floor): scipy's line search accepts the zero update, which converges. It failed here when the
+    value at the trial point rounded apart from the iterate's own value."""
+    case = build_method_case("minimize", "newton-cg")
+    solution, success, _ = case.outputs
+    got = assert_matches_reference(case.inputs, [solution, success], case.values, mode)
+    assert got[1] == np.True_
 
 
 def test_trust_krylov_takes_trlibs_exact_solve_by_name():

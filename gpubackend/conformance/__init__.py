@@ -12,6 +12,8 @@ from gpubackend.extras import conformance_extra_message, missing_conformance_pac
 if _missing := missing_conformance_packages():
     raise ImportError(conformance_extra_message("gpubackend.conformance", _missing), name=__name__)
 
+# Registers the per-method optimize cases in the catalogue (they build on the generated graphs).
+import gpubackend.conformance.method_cases  # noqa: F401
 from gpubackend.conformance.reports import merge_reports, write_reports
 from gpubackend.conformance.results import CaseResult, CheckResult, Report
 from gpubackend.conformance.runner import run_suite

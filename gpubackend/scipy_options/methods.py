@@ -222,6 +222,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 s.TNCSettings(),
                 ("xtol", "ftol", "gtol"),
                 signed=frozenset({"maxCGit"}),
+                jax=JaxSupport(frozenset(s.TNCSettings._fields) - _FINITE_DIFFERENCES_ONLY),
                 numba=NumbaSupport(("jac",), ignores=_FINITE_DIFFERENCES_ONLY),
             ),
             ScipyMethod(

@@ -177,18 +177,24 @@ class ScipyNewtonCG(optx.AbstractMinimiser):
             _STEP_MIN,
             _STEP_MAX,
         )
-        moves = solved & search.found
-        update = search.alpha * direction
+        # A zero direction (the gradient too small for CG to take a step) leaves the point where
+        # it is: scipy's line search accepts its unit step there, its value the cached one, and
+        # the zero update converges. Here the value at the trial point is a separate evaluation
+        # that XLA may round differently from ``f``, which would fail the search.
+        stays = jnp.all(direction == 0)
+        found = search.found | stays
+        moves = solved & found
+        update = jnp.where(stays, 0.0, search.alpha) * direction
         update_size = jnp.sum(jnp.abs(update))
         iterations = state.iterations + moves.astype(state.iterations.dtype)
         # scipy loops while the update is larger than xtol: a NaN one ends the loop too.
         small = ~(update_size > y.size * self.xtol)
-        undefined = jnp.isnan(search.f) | jnp.isnan(update_size)
+        undefined = jnp.isnan(jnp.where(stays, f, search.f)) | jnp.isnan(update_size)
         status = jnp.where(
             ~solved,
             CONJUGATE_GRADIENTS_FAILED,
             jnp.where(
-                ~search.found,
+                ~found,
                 NO_STEP,
                 jnp.where(
                     small,

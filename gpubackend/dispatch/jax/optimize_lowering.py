@@ -59,6 +59,7 @@ from gpubackend.dispatch.jax.optimize_methods import (
 from gpubackend.dispatch.jax.powell import ScipyPowell
 from gpubackend.dispatch.jax.projected_lbfgs import ProjectedLBFGS
 from gpubackend.dispatch.jax.slsqp import SLSQP
+from gpubackend.dispatch.jax.tnc import TNC
 from gpubackend.dispatch.jax.tr_interior_point import TrustRegionInteriorPoint
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import DERIVATIVES_OPTION, ScipyTrustRegion
@@ -118,7 +119,6 @@ def _start(x0, dtype: str) -> jax.Array:
 # optimistix solvers that lineax or equinox refuse to trace inside a manual mesh (`damped_newton`).
 _UNTRACEABLE_IN_MESH = (
     optx.AbstractBFGS,
-    optx.LBFGS,
     HybridPowell,
     MinpackLevenbergMarquardt,
     SpectralResidual,
@@ -155,7 +155,7 @@ def _in_mesh_stand_in(solve: Callable, fn: Objective, choice: SolverChoice, x0, 
 # verdict varies; optimistix's closure-converted objective refuses the tracers of SLSQP's
 # gradient): there a plain loop of their steps runs them (`_stepped_in_mesh`), not
 # `damped_newton`, which knows no bounds.
-_STEPPED_IN_MESH = (ProjectedLBFGS, SLSQP, TrustRegionInteriorPoint)
+_STEPPED_IN_MESH = (ProjectedLBFGS, SLSQP, TNC, TrustRegionInteriorPoint)
 
 
 def _stepped_in_mesh(choice: SolverChoice, fn: Objective, x0, args: tuple, options: dict | None):

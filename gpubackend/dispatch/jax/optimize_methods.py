@@ -57,6 +57,7 @@ from gpubackend.dispatch.jax.projected_lbfgs import ProjectedLBFGS
 from gpubackend.dispatch.jax.ridder import Ridder
 from gpubackend.dispatch.jax.scalar_minimize import ScipyBounded, ScipyBrent, ScipyGolden
 from gpubackend.dispatch.jax.slsqp import SLSQP
+from gpubackend.dispatch.jax.tnc import TNC, tnc_options
 from gpubackend.dispatch.jax.toms748 import Toms748
 from gpubackend.dispatch.jax.tr_interior_point import TrustRegionInteriorPoint, bound_rows
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
@@ -275,7 +276,7 @@ def _cg(settings: s.LineSearchSettings, n: int, dtype: str) -> SolverChoice:
     return SolverChoice(solver, max(maxiter, 1))
 
 
-def _box_arrays(
+def _box_bounds(
     bounds: tuple[tuple[float, ...], tuple[float, ...]], n: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """scipy's box ``bounds`` (as resolved: in order) as two NumPy arrays of ``n`` entries;
@@ -287,35 +288,32 @@ def _box_arrays(
 
 
 def _box(bounds: tuple[tuple[float, ...], tuple[float, ...]], n: int) -> tuple[Any, Any]:
-    """`_box_arrays` as JAX arrays."""
-    lower, upper = _box_arrays(bounds, n)
+    """`_box_bounds` as JAX arrays."""
+    lower, upper = _box_bounds(bounds, n)
     return jnp.asarray(lower), jnp.asarray(upper)
 
 
 def _lbfgsb(settings: s.LBFGSBSettings, n: int, dtype: str) -> SolverChoice:
-    # scipy stops on a small relative decrease of f (ftol) or a small gradient (gtol).
+    # The Numba solver's projected L-BFGS, bounded or not (infinite bounds project nothing): its
+    # stopping tests are scipy's, on a small relative decrease of f (ftol) or a small projected
+    # gradient (gtol), so both backends stop where scipy does.
     rtol, atol = _floored(dtype, settings.ftol, settings.gtol)
-    if np.isfinite(np.concatenate(settings.bounds)).any():
-        lower, upper = _box(settings.bounds, n)
-        bounded = ProjectedLBFGS(
-            ftol=settings.ftol,
-            gtol=settings.gtol,
-            lower=lower,
-            upper=upper,
-            rtol=rtol,
-            atol=atol,
-            norm=optx.max_norm,
-            maxcor=settings.maxcor,
-            max_iterations=settings.maxiter,
-            max_evaluations=settings.maxfun,
-            max_line_search=settings.maxls,
-        )
-        # One step per iteration; the verdict before the first needs none.
-        return SolverChoice(bounded, max(settings.maxiter, 1))
-    solver: optx.AbstractMinimiser = optx.LBFGS(
-        rtol=rtol, atol=atol, history_length=settings.maxcor
+    lower, upper = _box(settings.bounds, n)
+    solver = ProjectedLBFGS(
+        ftol=settings.ftol,
+        gtol=settings.gtol,
+        lower=lower,
+        upper=upper,
+        rtol=rtol,
+        atol=atol,
+        norm=optx.max_norm,
+        maxcor=settings.maxcor,
+        max_iterations=settings.maxiter,
+        max_evaluations=settings.maxfun,
+        max_line_search=settings.maxls,
     )
-    return _iterations(solver, settings.maxiter, settings.maxfun)
+    # One step per iteration; the verdict before the first needs none.
+    return SolverChoice(solver, max(settings.maxiter, 1))
 
 
 def _newton_cg(settings: s.NewtonCGSettings, n: int, dtype: str) -> SolverChoice:
@@ -371,9 +369,17 @@ def _slsqp(settings: s.SLSQPSettings, n: int, dtype: str) -> SolverChoice:
     return SolverChoice(solver, settings.maxiter + 1)
 
 
+def _tnc(settings: s.TNCSettings, n: int, dtype: str) -> SolverChoice:
+    options = tnc_options(settings, *_box_bounds(settings.bounds, n))
+    solver = TNC(options=options, rtol=0.0, atol=0.0, norm=optx.max_norm)
+    # One step per iteration of tnc.c; an iteration that calls the objective not at all adds a
+    # bound, so there are at most n + 1 of them per call of its budget.
+    return SolverChoice(solver, max(options.max_evaluations, 1) * (n + 1))
+
+
 def _trust_constr(settings: s.TrustConstrSettings, n: int, dtype: str) -> SolverChoice:
     rtol, atol = _floored(dtype, settings.xtol, settings.gtol)
-    lower, upper = _box_arrays(settings.bounds, n)
+    lower, upper = _box_bounds(settings.bounds, n)
     if np.isfinite(np.concatenate([lower, upper])).any():
         index, sign, bound, lower, upper = bound_rows(lower, upper)
         interior_point = TrustRegionInteriorPoint(
@@ -579,6 +585,7 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "dogleg"): _trust_region(trust_subproblems.dogleg),
     (MinimizeOp, "slsqp"): _slsqp,
     (MinimizeOp, "trust-constr"): _trust_constr,
+    (MinimizeOp, "tnc"): _tnc,
     (MinimizeOp, "nelder-mead"): _nelder_mead,
     (MinimizeOp, "powell"): _powell,
     (RootOp, "hybr"): _hybr,
