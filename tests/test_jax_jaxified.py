@@ -201,7 +201,7 @@ def test_laplace_logp_and_gradient_under_every_jax_transform(method):
         assert np.all(transform(success_fn)(LOG_TAUS)), name
 
 
-@pytest.mark.parametrize("method", ["L-BFGS-B", "SLSQP", "TNC"])
+@pytest.mark.parametrize("method", ["L-BFGS-B", "SLSQP", "TNC", "trust-constr"])
 def test_an_active_bound_under_every_jax_transform(method):
     # Inside pmap and shard_map, where optimistix's loop refuses these solvers, a plain loop of
     # their own steps runs them, bounds honoured. Before: L-BFGS-B with bounds was refused, and

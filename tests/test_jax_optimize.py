@@ -616,13 +616,6 @@ def test_method_without_jax_equivalent_is_refused_at_compile_time(mode):
         pytensor.function(inputs, outputs, mode=mode)
 
 
-def test_bounds_are_refused_naming_the_option():
-    # scipy's trust-constr runs its interior-point method with bounds, which is not lowered.
-    inputs, outputs, _ = _minimize_problem("trust-constr", bounds=[(0, 1)] * 3)
-    with pytest.raises(UnsupportedOption, match="bounds"):
-        pytensor.function(inputs, outputs, mode="JAX_GPU")
-
-
 def test_root_without_a_root_reports_failure():
     x, a = pt.vector("x"), pt.vector("a")
     values = [np.array([0.5, -0.5]), np.array([0.0, 0.5])]

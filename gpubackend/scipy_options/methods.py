@@ -113,7 +113,7 @@ _JAX_TRUST_REGION = JaxSupport(
 _KRYLOV_ONLY = frozenset({"inexact"})
 _INTERIOR_POINT = frozenset({"bounds"})
 """trust-constr with bounds runs scipy's interior-point method, which has no native version."""
-_JAX_TRUST_CONSTR = JaxSupport(frozenset(s.TrustConstrSettings._fields) - _INTERIOR_POINT)
+_JAX_TRUST_CONSTR = JaxSupport(frozenset(s.TrustConstrSettings._fields))
 _FINITE_DIFFERENCES_ONLY = frozenset({"finite_diff_rel_step", "workers"})
 """TNC's options for its finite differences that the native solver, on the op's gradient, cannot
 take as settings (an array, a pool)."""

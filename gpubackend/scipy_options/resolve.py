@@ -186,6 +186,7 @@ def _is_given(method: ScipyMethod, name: str, value: Any) -> bool:
 def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any) -> Any:
     where = f"{kind}(method={method.name!r}) option {name!r}"
     if name == "bounds":
+        _refuse_kept_feasible(where, method, value)
         return _ordered_bounds(_box_bounds(where, value))
     if default == ():
         return _float_vector(where, value)
@@ -264,6 +265,18 @@ def _nested(kind: str, method: ScipyMethod, name: str, value: Any, default: Name
             if _is_given(method, key, entry)
         }
     )
+
+
+def _refuse_kept_feasible(where: str, method: ScipyMethod, bounds: Any) -> None:
+    """`UnsupportedOption` for trust-constr's ``Bounds(keep_feasible=True)``: scipy then keeps
+    every iterate strictly inside those bounds (and refuses a start outside them), which no
+    lowering does; the other bounded methods ignore ``keep_feasible``, as scipy's do."""
+    if method.name == "trust-constr" and np.any(getattr(bounds, "keep_feasible", False)):
+        raise UnsupportedOption(
+            f"{where}: keep_feasible=True is not supported by gpubackend (scipy's trust-constr "
+            f"then keeps its iterates strictly inside the bounds); pass Bounds without "
+            f"keep_feasible"
+        )
 
 
 def _ordered_bounds(

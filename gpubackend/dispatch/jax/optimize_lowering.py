@@ -61,6 +61,7 @@ from gpubackend.dispatch.jax.powell import ScipyPowell
 from gpubackend.dispatch.jax.projected_lbfgs import ProjectedLBFGS
 from gpubackend.dispatch.jax.slsqp import SLSQP
 from gpubackend.dispatch.jax.tnc import TNC
+from gpubackend.dispatch.jax.tr_interior_point import TrustRegionInteriorPoint
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import DERIVATIVES_OPTION, ScipyTrustRegion
 from gpubackend.scipy_options import scipy_method
@@ -155,7 +156,7 @@ def _in_mesh_stand_in(solve: Callable, fn: Objective, choice: SolverChoice, x0, 
 # verdict varies; optimistix's closure-converted objective refuses the tracers of SLSQP's
 # gradient and the mesh types of COBYLA's trial points): there a plain loop of their steps runs
 # them (`_stepped_in_mesh`), not `damped_newton`, which knows no bounds.
-_STEPPED_IN_MESH = (ProjectedLBFGS, SLSQP, TNC, ScipyCOBYLA)
+_STEPPED_IN_MESH = (ProjectedLBFGS, SLSQP, TNC, ScipyCOBYLA, TrustRegionInteriorPoint)
 
 
 def _stepped_in_mesh(choice: SolverChoice, fn: Objective, x0, args: tuple, options: dict | None):

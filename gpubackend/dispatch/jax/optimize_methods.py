@@ -60,6 +60,7 @@ from gpubackend.dispatch.jax.scalar_minimize import ScipyBounded, ScipyBrent, Sc
 from gpubackend.dispatch.jax.slsqp import SLSQP
 from gpubackend.dispatch.jax.tnc import TNC, tnc_options
 from gpubackend.dispatch.jax.toms748 import Toms748
+from gpubackend.dispatch.jax.tr_interior_point import TrustRegionInteriorPoint, bound_rows
 from gpubackend.dispatch.jax.trust_constr import TrustConstr
 from gpubackend.dispatch.jax.trust_region import ScipyTrustRegion
 from gpubackend.dispatch.jax.trust_subproblems import Subproblem
@@ -380,6 +381,30 @@ def _tnc(settings: s.TNCSettings, n: int, dtype: str) -> SolverChoice:
 
 def _trust_constr(settings: s.TrustConstrSettings, n: int, dtype: str) -> SolverChoice:
     rtol, atol = _floored(dtype, settings.xtol, settings.gtol)
+    lower, upper = _box_bounds(settings.bounds, n)
+    if np.isfinite(np.concatenate([lower, upper])).any():
+        index, sign, bound, lower, upper = bound_rows(lower, upper)
+        interior_point = TrustRegionInteriorPoint(
+            gtol=settings.gtol,
+            xtol=settings.xtol,
+            barrier_tol=settings.barrier_tol,
+            initial_tr_radius=settings.initial_tr_radius,
+            initial_constr_penalty=settings.initial_constr_penalty,
+            initial_barrier_parameter=settings.initial_barrier_parameter,
+            initial_barrier_tolerance=settings.initial_barrier_tolerance,
+            index=jnp.asarray(index),
+            sign=jnp.asarray(sign),
+            bound=jnp.asarray(bound),
+            lower=jnp.asarray(lower),
+            upper=jnp.asarray(upper),
+            rtol=rtol,
+            atol=atol,
+            max_iterations=settings.maxiter,
+            norm=optx.max_norm,
+        )
+        # One step per SQP iteration, each ending in at least one of scipy's stopping tests.
+        return SolverChoice(interior_point, max(settings.maxiter, 1))
+    # Every bound infinite: scipy's SQP without constraints.
     solver = TrustConstr(
         gtol=settings.gtol,
         xtol=settings.xtol,

@@ -123,6 +123,28 @@ def next_radius(radius, ratio, step_norm):
     )
 
 
+def derivatives(fn, y, args, options) -> Callable:
+    """``(f, grad, hess or None)`` of the flattened ``x``: the op's own Hessian where it carries
+    one (`DERIVATIVES_OPTION`), else ``None`` (the caller's ``BFGS`` approximation stands in)."""
+    own = options.get(DERIVATIVES_OPTION) if options else None
+
+    def evaluate(flat):
+        if own is not None:
+            f, gradient, hessian = own(flat.reshape(y.shape), args)
+            n = flat.size
+            return (
+                jnp.asarray(f, flat.dtype),
+                jnp.reshape(gradient, (n,)).astype(flat.dtype),
+                jnp.reshape(hessian, (n, n)).astype(flat.dtype),
+            )
+        # The objective's graph may compute in a wider dtype than x: the loop keeps x's.
+        value = lambda v: jnp.asarray(fn(v.reshape(y.shape), args)[0], flat.dtype)  # noqa: E731
+        f, gradient = jax.value_and_grad(value)(flat)
+        return f, gradient, None
+
+    return evaluate
+
+
 class _TrustConstrState(eqx.Module):
     f: jax.Array
     gradient: jax.Array
@@ -152,26 +174,6 @@ class TrustConstr(optx.AbstractMinimiser):
     max_iterations: int = eqx.field(static=True)
     norm: Callable
 
-    def _evaluate(self, fn, y, args, options):
-        """``(f, grad, hess or None)`` of the flattened ``x``."""
-        own = options.get(DERIVATIVES_OPTION) if options else None
-
-        def evaluate(flat):
-            if own is not None:
-                f, gradient, hessian = own(flat.reshape(y.shape), args)
-                n = flat.size
-                return (
-                    jnp.asarray(f, flat.dtype),
-                    jnp.reshape(gradient, (n,)).astype(flat.dtype),
-                    jnp.reshape(hessian, (n, n)).astype(flat.dtype),
-                )
-            # The objective's graph may compute in a wider dtype than x: the loop keeps x's.
-            value = lambda v: jnp.asarray(fn(v.reshape(y.shape), args)[0], flat.dtype)  # noqa: E731
-            f, gradient = jax.value_and_grad(value)(flat)
-            return f, gradient, None
-
-        return evaluate
-
     def _verdict(self, optimality, radius, iterations):
         return jnp.where(
             (optimality < self.gtol) & (0 < self.gtol),
@@ -185,7 +187,7 @@ class TrustConstr(optx.AbstractMinimiser):
 
     def init(self, fn, y, args, options, f_struct, aux_struct, tags) -> _TrustConstrState:
         flat = y.reshape(-1)
-        f, gradient, hessian = self._evaluate(fn, y, args, options)(flat)
+        f, gradient, hessian = derivatives(fn, y, args, options)(flat)
         if hessian is None:
             hessian = jnp.eye(flat.size, dtype=flat.dtype)
         radius = jnp.array(self.initial_tr_radius, flat.dtype)
@@ -215,7 +217,7 @@ class TrustConstr(optx.AbstractMinimiser):
         )
         predicted = -model + penalty * _LEAST_VIOLATION_REDUCTION
         x_next = x + step
-        f_next, gradient_next, hessian_next = self._evaluate(fn, y, args, options)(x_next)
+        f_next, gradient_next, hessian_next = derivatives(fn, y, args, options)(x_next)
         quasi_newton = hessian_next is None
         hessian, first_update = state.hessian, state.first_update
         if quasi_newton:
