@@ -218,6 +218,13 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 numba=NumbaSupport(ignores=frozenset({"direc"})),
             ),
             ScipyMethod(
+                "COBYQA",
+                s.COBYQASettings(),
+                ("final_tr_radius",),
+                refusal=s.cobyqa_refusal,
+                numba=NumbaSupport(),
+            ),
+            ScipyMethod(
                 "TNC",
                 s.TNCSettings(),
                 ("xtol", "ftol", "gtol"),
