@@ -39,7 +39,7 @@ from gpubackend.solvers.cobyqa_problem import (
 )
 from gpubackend.solvers.cobyqa_tangential import TINY, tangential_step
 from gpubackend.solvers.nelder_mead import box_bounds
-from gpubackend.solvers.small_vectors import dot, norm
+from gpubackend.solvers.numpy_products import dot, norm
 from gpubackend.solvers.tnc_vectors import ieee_njit
 
 # scipy's exit statuses (cobyqa.settings.ExitStatus).

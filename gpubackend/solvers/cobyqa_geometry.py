@@ -11,9 +11,9 @@ lines (its ``atleast_2d`` flattens them); that is kept.
 
 import numpy as np
 
-from gpubackend.solvers.cobyqa_model import curv
+from gpubackend.solvers.cobyqa_model import curv, curv_along_column
 from gpubackend.solvers.cobyqa_tangential import TINY
-from gpubackend.solvers.small_vectors import dot, norm
+from gpubackend.solvers.numpy_products import column_norms, dot, masked_dot, norm, strided_dot
 from gpubackend.solvers.tnc_vectors import ieee_njit
 
 
@@ -38,15 +38,8 @@ def _cauchy_geom(sign, grad_in, xpt, i_hess, e_hess, xl, xu, delta):
     if norm(cauchy_step) > delta:
         working = fixed_xl | fixed_xu
         while True:
-            g_sq = 0.0
-            rest_sq = 0.0
-            for i in range(n):
-                if working[i]:
-                    g_sq += grad[i] * grad[i]
-                else:
-                    rest_sq += cauchy_step[i] * cauchy_step[i]
-            g_norm = np.sqrt(g_sq)
-            delta_reduced = np.sqrt(delta**2.0 - rest_sq)
+            g_norm = norm(grad[working])
+            delta_reduced = np.sqrt(delta**2.0 - masked_dot(cauchy_step, cauchy_step, ~working))
             if g_norm > TINY * abs(delta_reduced):
                 mu = max(delta_reduced / g_norm, 0.0)
             else:
@@ -110,6 +103,7 @@ def spider_geometry(grad, xpt, i_hess, e_hess, lines, xl_in, xu_in, delta):
     xl = np.minimum(xl_in, 0.0)
     xu = np.maximum(xu_in, 0.0)
     n, n_lines = lines.shape
+    s_norm = column_norms(lines)
     step = np.zeros(n)
     q_val = 0.0
     # COBYQA's bound ratios, each one maximum over every line; the two taken with initial=inf
@@ -124,15 +118,14 @@ def spider_geometry(grad, xpt, i_hess, e_hess, lines, xl_in, xu_in, delta):
                 alpha_xu_neg = max(alpha_xu_neg, xu[i] / lines[i, k])
     for k in range(n_lines):
         line = lines[:, k]
-        s_norm = norm(line)
-        if s_norm > TINY * delta:
-            alpha_tr = max(delta / s_norm, 0.0)
+        if s_norm[k] > TINY * delta:
+            alpha_tr = max(delta / s_norm[k], 0.0)
         else:
             continue
         alpha_bd_pos = np.inf
         alpha_bd_neg = min(max(alpha_xl_pos, alpha_xu_neg), 0.0)
-        grad_step = dot(grad, line)
-        curv_step = curv(xpt, i_hess, e_hess, line)
+        grad_step = strided_dot(grad, line)
+        curv_step = curv_along_column(xpt, i_hess, e_hess, line)
         if (grad_step >= 0.0 and curv_step < -TINY * grad_step) or (
             grad_step <= 0.0 and curv_step > -TINY * grad_step
         ):

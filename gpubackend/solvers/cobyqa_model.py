@@ -16,7 +16,7 @@ finite) these functions return ``ok = False``.
 
 import numpy as np
 
-from gpubackend.solvers.small_vectors import dot, norm
+from gpubackend.solvers.numpy_products import column_norms, dot, matmul, matvec, strided_dot, vecmat
 from gpubackend.solvers.symmetric_eigen import eigh
 from gpubackend.solvers.tnc_vectors import ieee_njit
 
@@ -25,8 +25,9 @@ EPS = float(np.finfo(float).eps)
 
 @ieee_njit
 def new_system(n, npt):
-    """An empty interpolation system: ``(cached xpt, eigenvalues, eigenvectors, right scaling,
-    state)``, ``state`` = [built, finite matrix]."""
+    """An empty interpolation system: ``(cached xpt, eigenvalues, eigenvectors as rows, right
+    scaling, state)``, ``state`` = [built, finite matrix]. The rows are scipy's column-major
+    eigenvector matrix in memory, so the products below see numpy's layouts."""
     size = npt + n + 1
     return (
         np.empty((n, npt)),
@@ -56,18 +57,15 @@ def _refresh(system, xpt):
     n, npt = xpt.shape
     size = npt + n + 1
     scale = EPS
-    for k in range(npt):
-        scale = max(scale, norm(xpt[:, k]))
+    for column_norm in column_norms(xpt):
+        scale = max(scale, column_norm)
     xpt_scale = xpt / scale
     a = np.zeros((size, size))
-    for i in range(npt):
-        for j in range(npt):
-            a[i, j] = 0.5 * dot(xpt_scale[:, i], xpt_scale[:, j]) ** 2.0
-        a[i, npt] = 1.0
-        a[npt, i] = 1.0
-        for j in range(n):
-            a[i, npt + 1 + j] = xpt_scale[j, i]
-            a[npt + 1 + j, i] = xpt_scale[j, i]
+    a[:npt, :npt] = 0.5 * matmul(xpt_scale.T, xpt_scale) ** 2.0
+    a[:npt, npt] = 1.0
+    a[:npt, npt + 1 :] = xpt_scale.T
+    a[npt, :npt] = 1.0
+    a[npt + 1 :, :npt] = xpt_scale
     right_scaling[:npt] = 1.0 / scale**2.0
     right_scaling[npt] = scale**2.0
     right_scaling[npt + 1 :] = scale
@@ -77,7 +75,7 @@ def _refresh(system, xpt):
     if np.all(np.isfinite(a)):
         values, vectors, ok = eigh(a)
         eig_values[:] = values
-        eig_vectors[:] = vectors
+        eig_vectors[:] = vectors.T
         state[1] = 1 if ok else 0
 
 
@@ -87,31 +85,16 @@ def solve_systems(system, xpt, rhs):
     ``rhs``, as scipy's ``Quadratic.solve_systems``."""
     _refresh(system, xpt)
     _, eig_values, eig_vectors, right_scaling, state = system
-    size, columns = rhs.shape
-    rhs_scaled = np.empty((size, columns))
-    for i in range(size):
-        for j in range(columns):
-            rhs_scaled[i, j] = rhs[i, j] * right_scaling[i]
-    solutions = np.zeros((size, columns))
+    rhs_scaled = rhs * right_scaling.reshape((-1, 1))
     if state[1] == 0 or not np.all(np.isfinite(rhs_scaled)):
-        return solutions, False, False
-    ill_conditioned = False
-    projected = np.zeros(columns)
-    for e in range(size):
-        if not abs(eig_values[e]) > EPS:
-            ill_conditioned = True
-            continue
-        inverse = 1.0 / eig_values[e]
-        vector = eig_vectors[:, e]
-        for j in range(columns):
-            projected[j] = dot(vector, rhs_scaled[:, j]) * inverse
-        for i in range(size):
-            for j in range(columns):
-                solutions[i, j] += vector[i] * projected[j]
-    for i in range(size):
-        for j in range(columns):
-            solutions[i, j] *= right_scaling[i]
-    return solutions, ill_conditioned, True
+        return np.zeros_like(rhs), False, False
+    large = np.abs(eig_values) > EPS
+    # numpy's eig_vectors[:, large] is column-major, its transpose these rows.
+    kept_rows = eig_vectors[large]
+    inv_eig_values = 1.0 / eig_values[large]
+    projected = matmul(kept_rows, rhs_scaled) * inv_eig_values.reshape((-1, 1))
+    solutions = matmul(kept_rows.T, projected) * right_scaling.reshape((-1, 1))
+    return solutions, not np.all(large), True
 
 
 @ieee_njit
@@ -127,50 +110,21 @@ def fit(system, xpt, values):
 
 
 @ieee_njit
-def _explicit_product(matrix, v):
-    out = np.zeros(matrix.shape[0])
-    for i in range(matrix.shape[0]):
-        out[i] = dot(matrix[i], v)
-    return out
-
-
-@ieee_njit
-def _implicit_product(xpt, i_hess, v):
-    """``xpt @ (i_hess * (xpt.T @ v))``."""
-    n, npt = xpt.shape
-    out = np.zeros(n)
-    for k in range(npt):
-        weight = i_hess[k] * dot(xpt[:, k], v)
-        for i in range(n):
-            out[i] += xpt[i, k] * weight
-    return out
-
-
-@ieee_njit
 def hess_prod(xpt, i_hess, e_hess, v):
     """The model's Hessian times ``v``."""
-    return _explicit_product(e_hess, v) + _implicit_product(xpt, i_hess, v)
-
-
-@ieee_njit
-def _implicit_curv(xpt, i_hess, v) -> float:
-    """``i_hess @ (xpt.T @ v) ** 2``."""
-    total = 0.0
-    for k in range(xpt.shape[1]):
-        total += i_hess[k] * dot(xpt[:, k], v) ** 2.0
-    return total
-
-
-@ieee_njit
-def _explicit_curv(e_hess, v) -> float:
-    """``v @ e_hess @ v``, left to right."""
-    return dot(_explicit_product(e_hess.T, v), v)
+    return matvec(e_hess, v) + matvec(xpt, i_hess * matvec(xpt.T, v))
 
 
 @ieee_njit
 def curv(xpt, i_hess, e_hess, v) -> float:
     """``v`` H ``v`` for the model's Hessian H."""
-    return _explicit_curv(e_hess, v) + _implicit_curv(xpt, i_hess, v)
+    return dot(vecmat(v, e_hess), v) + dot(i_hess, matvec(xpt.T, v) ** 2.0)
+
+
+@ieee_njit
+def curv_along_column(xpt, i_hess, e_hess, v) -> float:
+    """`curv` where numpy's ``v`` is a column of a row-major matrix (its last product strided)."""
+    return strided_dot(vecmat(v, e_hess), v) + dot(i_hess, matvec(xpt.T, v) ** 2.0)
 
 
 @ieee_njit
@@ -180,7 +134,7 @@ def value(x_base, xpt, model, x) -> float:
     return (
         const[0]
         + dot(grad, x_diff)
-        + 0.5 * (_implicit_curv(xpt, i_hess, x_diff) + _explicit_curv(e_hess, x_diff))
+        + 0.5 * (dot(i_hess, matvec(xpt.T, x_diff) ** 2.0) + dot(vecmat(x_diff, e_hess), x_diff))
     )
 
 
@@ -216,13 +170,8 @@ def shift_model(x_base, xpt, model, new_x_base):
     const[0] = new_const
     grad[:] = new_grad
     shift = new_x_base - x_base
-    n, npt = xpt.shape
-    moved = np.zeros(n)
-    for i in range(n):
-        total = 0.0
-        for k in range(npt):
-            total += (xpt[i, k] - 0.5 * shift[i]) * i_hess[k]
-        moved[i] = total
+    moved = matvec(xpt - 0.5 * shift.reshape((-1, 1)), i_hess)
+    n = shift.shape[0]
     for i in range(n):
         for j in range(n):
             e_hess[i, j] += shift[i] * moved[j] + shift[j] * moved[i]
@@ -237,8 +186,7 @@ def determinants(system, x_base, xpt, x_new, k_new):
     size = npt + n + 1
     shift = x_new - x_base
     new_col = np.empty((size, 1))
-    for k in range(npt):
-        new_col[k, 0] = 0.5 * dot(xpt[:, k], shift) ** 2.0
+    new_col[:npt, 0] = 0.5 * matvec(xpt.T, shift) ** 2.0
     new_col[npt, 0] = 1.0
     new_col[npt + 1 :, 0] = shift
     inv_new_col, _, ok = solve_systems(system, xpt, new_col)

@@ -10,7 +10,7 @@ sample of angles per pass), kept only where it lowers the model.
 import numpy as np
 
 from gpubackend.solvers.cobyqa_model import EPS, hess_prod
-from gpubackend.solvers.small_vectors import dot, norm
+from gpubackend.solvers.numpy_products import dot, masked_dot, norm
 from gpubackend.solvers.tnc_vectors import ieee_njit
 
 TINY = float(np.finfo(float).tiny)
@@ -31,15 +31,6 @@ def alpha_tr(step, sd, delta):
     if abs(temp + step_sd) > TINY * dist_tr_sq:
         return max(dist_tr_sq / (temp + step_sd), 0.0), True
     return 0.0, False
-
-
-@ieee_njit
-def _masked_dot(a, b, mask) -> float:
-    total = 0.0
-    for i in range(a.shape[0]):
-        if mask[i]:
-            total += a[i] * b[i]
-    return total
 
 
 @ieee_njit
@@ -122,7 +113,7 @@ def tangential_step(grad_in, xpt, i_hess, e_hess, xl_in, xu_in, delta):
             grad += alpha * hess_sd
             reduct -= alpha * (grad_sd + 0.5 * alpha * curv_sd)
         if alpha < min(alpha_boundary, alpha_bd):
-            beta = _masked_dot(grad, hess_sd, free) / curv_sd
+            beta = masked_dot(grad, hess_sd, free) / curv_sd
             for i in range(n):
                 sd[i] = beta * sd[i] - grad[i] if free[i] else 0.0
             k += 1
@@ -151,6 +142,15 @@ def tangential_step(grad_in, xpt, i_hess, e_hess, xl_in, xu_in, delta):
 
 
 @ieee_njit
+def _linspace(start, stop, num):
+    """``np.linspace(start, stop, num)`` as numpy computes it (``num`` >= 2)."""
+    step = (stop - start) / (num - 1)
+    out = np.arange(num) * step + start
+    out[-1] = stop
+    return out
+
+
+@ieee_njit
 def _model_change(grad_orig, xpt, i_hess, e_hess, step) -> float:
     return dot(grad_orig, step) + 0.5 * dot(step, hess_prod(xpt, i_hess, e_hess, step))
 
@@ -164,9 +164,9 @@ def _along_the_boundary(step, grad, grad_orig, sd, free, reduct, xpt, i_hess, e_
     step_base = step.copy()
     step_comparator = _model_change(grad_orig, xpt, i_hess, e_hess, step_base)
     while np.count_nonzero(free) > 0:
-        step_sq = _masked_dot(step, step, free)
-        grad_sq = _masked_dot(grad, grad, free)
-        grad_step = _masked_dot(grad, step, free)
+        step_sq = masked_dot(step, step, free)
+        grad_sq = masked_dot(grad, grad, free)
+        grad_step = masked_dot(grad, step, free)
         grad_sd = -np.sqrt(max(step_sq * grad_sq - grad_step**2.0, 0.0))
         tiny_descent = False
         for i in range(n):
@@ -207,7 +207,7 @@ def _along_the_boundary(step, grad, grad_orig, sd, free, reduct, xpt, i_hess, e_
         curv_sd = dot(sd, hess_sd)
         curv_step_sd = dot(step, hess_sd)
         n_samples = int((_N_SAMPLES - 3) * t_bd + 3)
-        t_samples = np.linspace(t_bd / n_samples, t_bd, n_samples)
+        t_samples = _linspace(t_bd / n_samples, t_bd, n_samples)
         sin_values = 2.0 * t_samples / (1.0 + t_samples**2.0)
         all_reduct = sin_values * (
             grad_step * t_samples

@@ -26,9 +26,9 @@ _V, _A, _L = ord("V"), ord("A"), ord("L")
 
 @ieee_njit
 def eigh(a):
-    """``(eigenvalues ascending, eigenvectors as columns)`` of the symmetric matrix ``a``, as
-    ``scipy.linalg.eigh(a)``; ``ok`` False where LAPACK reports a failure (scipy's
-    ``LinAlgError``)."""
+    """``(eigenvalues ascending, eigenvectors as columns, ok)`` of the symmetric matrix ``a``, as
+    ``scipy.linalg.eigh(a)``: the eigenvectors column-major as scipy's (a transposed view), ``ok``
+    False where LAPACK reports a failure (scipy's ``LinAlgError``)."""
     n = a.shape[0]
     work_a = np.ascontiguousarray(a).copy()
     chars = np.array([_V, _A, _L], dtype=np.int8)
@@ -48,8 +48,8 @@ def eigh(a):
     work = np.empty(max(ints[6], 1))
     iwork = np.empty(max(ints[7], 1), dtype=np.int32)
     _call(chars, ints, reals, work_a, w, z, isuppz, work, iwork)
-    # z is column-major: its rows in memory are the eigenvectors.
-    return w, z.T.copy(), ints[8] == 0
+    # z is column-major, as LAPACK writes it (and scipy returns it): its transpose, a view.
+    return w, z.T, ints[8] == 0
 
 
 @ieee_njit
