@@ -97,6 +97,7 @@ CASES: tuple[Case, ...] = (
     Case("minimize", "trust-constr", "rosenbrock2", kwargs=(("hess", True),)),
     Case("minimize", "Nelder-Mead", "rosenbrock2"),
     Case("minimize", "Powell", "rosenbrock2"),
+    Case("minimize", "COBYQA", "rosenbrock2"),
     Case("minimize", "TNC", "rosenbrock2"),
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),)),
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),), grad=True),

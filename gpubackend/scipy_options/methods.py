@@ -228,6 +228,13 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 ),
             ),
             ScipyMethod(
+                "COBYQA",
+                s.COBYQASettings(),
+                ("final_tr_radius",),
+                refusal=s.cobyqa_refusal,
+                numba=NumbaSupport(),
+            ),
+            ScipyMethod(
                 "TNC",
                 s.TNCSettings(),
                 ("xtol", "ftol", "gtol"),

@@ -186,6 +186,43 @@ class COBYLASettings(NamedTuple):
     bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
 
 
+class COBYQASettings(NamedTuple):
+    """``minimize(method="COBYQA")`` without constraints: stop when the trust-region resolution
+    has come down to ``final_tr_radius`` (``tol`` sets it), the objective reaches ``f_target``, or
+    a budget runs out. ``maxfev`` and ``maxiter`` left at `SIZE_DEPENDENT` are ``500 * len(x0)``
+    and ``1000 * len(x0)``. ``feasibility_tol`` only compares with the constraint violation,
+    which is 0 without constraints (a negative one fails every solve, as scipy's). ``scale`` maps
+    finite bounds onto ``[-1, 1]``.
+    """
+
+    maxfev: int = SIZE_DEPENDENT
+    maxiter: int = SIZE_DEPENDENT
+    f_target: float = -np.inf
+    feasibility_tol: float = 1e-8
+    initial_tr_radius: float = 1.0
+    final_tr_radius: float = 1e-6
+    scale: bool = False
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
+
+
+def cobyqa_refusal(settings: COBYQASettings) -> str | None:
+    """What scipy's COBYQA refuses in ``settings`` before it evaluates anything, or None."""
+    if settings.initial_tr_radius <= 0.0:
+        return "The initial trust-region radius must be positive."
+    if settings.final_tr_radius < 0.0:
+        return "The final trust-region radius must be nonnegative."
+    if settings.initial_tr_radius < settings.final_tr_radius:
+        return (
+            "The initial trust-region radius must be greater than or equal to the final "
+            "trust-region radius."
+        )
+    if settings.maxfev == 0:
+        return "The maximum number of function evaluations must be positive."
+    if settings.maxiter == 0:
+        return "The maximum number of iterations must be positive."
+    return None
+
+
 class TNCSettings(NamedTuple):
     """``minimize(method="TNC")`` (scipy's truncated Newton, ``tnc.c``), in scipy's option names.
 
