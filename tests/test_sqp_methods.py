@@ -142,8 +142,6 @@ def test_batched_over_blockwise_matches_scipy(results):
     [
         ("SLSQP", {"constraints": [{"type": "eq", "fun": lambda v: v[0] - 1}]}),
         ("trust-constr", {"constraints": [{"type": "eq", "fun": lambda v: v[0] - 1}]}),
-        # scipy runs its interior-point method with bounds: not lowered.
-        ("trust-constr", {"bounds": [(0.0, 1.0)] * 3}),
     ],
 )
 @pytest.mark.parametrize("mode", MODES)

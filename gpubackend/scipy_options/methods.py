@@ -112,7 +112,7 @@ _JAX_TRUST_REGION = JaxSupport(
 )
 _KRYLOV_ONLY = frozenset({"inexact"})
 _INTERIOR_POINT = frozenset({"bounds"})
-"""trust-constr with bounds runs scipy's interior-point method, which has no native version."""
+"""trust-constr with bounds runs scipy's interior-point method, which JAX does not lower."""
 _JAX_TRUST_CONSTR = JaxSupport(frozenset(s.TrustConstrSettings._fields) - _INTERIOR_POINT)
 _FINITE_DIFFERENCES_ONLY = frozenset({"finite_diff_rel_step", "workers"})
 """TNC's options for its finite differences that the native solver, on the op's gradient, cannot
@@ -190,7 +190,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 s.TrustConstrSettings(),
                 ("xtol", "gtol", "barrier_tol"),
                 jax=_JAX_TRUST_CONSTR,
-                numba=NumbaSupport(("jac",), ignores=_INTERIOR_POINT),
+                numba=_NATIVE_WITH_JAC,
             ),
             ScipyMethod(
                 "Newton-CG",

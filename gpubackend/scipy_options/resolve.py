@@ -186,6 +186,7 @@ def _is_given(method: ScipyMethod, name: str, value: Any) -> bool:
 def _coerce(kind: str, method: ScipyMethod, name: str, value: Any, default: Any) -> Any:
     where = f"{kind}(method={method.name!r}) option {name!r}"
     if name == "bounds":
+        _refuse_kept_feasible(where, method, value)
         return _ordered_bounds(_box_bounds(where, value))
     if default == ():
         return _float_vector(where, value)
@@ -246,6 +247,16 @@ def _nested(kind: str, method: ScipyMethod, name: str, value: Any, default: Name
             if _is_given(method, key, entry)
         }
     )
+
+
+def _refuse_kept_feasible(where: str, method: ScipyMethod, bounds: Any) -> None:
+    """trust-constr keeps the iterates strictly inside bounds with ``keep_feasible`` (the other
+    bounded methods ignore it); no backend does."""
+    if method.name == "trust-constr" and np.any(getattr(bounds, "keep_feasible", False)):
+        raise UnsupportedOption(
+            f"{where}: keep_feasible=True is not supported by gpubackend; pass Bounds with "
+            "keep_feasible=False (scipy's default)"
+        )
 
 
 def _ordered_bounds(
