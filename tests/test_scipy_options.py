@@ -302,7 +302,8 @@ def test_each_backend_runs_exactly_the_methods_the_table_gives_it():
 
     assert set(JAX_SOLVERS) == _marked("jax")
     # Newton without a derivative output runs on a forward difference: a second solver, one method.
-    # trust-constr with the op's Hessian is a second solver too.
+    # trust-constr with the op's Hessian is a second solver too, and so is its interior-point method
+    # (with bounds), with the BFGS approximation or the Hessian.
     variants = {
         (RootScalarOp, "newton-forward-difference"),
         (MinimizeOp, "trust-constr-hessian"),

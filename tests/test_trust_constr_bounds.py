@@ -173,14 +173,18 @@ def test_solver_counts_scipys_iterations_and_evaluations_on_the_ops_hessian(case
 # --- The lowering --------------------------------------------------------------------------------
 
 LOWERING_CASES = {
-    "bfgs": ({"bounds": ACTIVE_BOUNDS, "tol": 1e-10}, False),
-    "hessian": ({"bounds": ACTIVE_BOUNDS}, True),
+    "bfgs": ({"bounds": ACTIVE_BOUNDS, "tol": 1e-10}, False, 1e-5),
+    "hessian": ({"bounds": ACTIVE_BOUNDS}, True, 1e-6),
     "infinite_and_outside": (
         {"bounds": Bounds([-np.inf, 1.5, -np.inf], [0.5, np.inf, np.inf])},
         True,
+        1e-6,
     ),
 }
-"""(optimizer_kwargs, hess) per case; the last starts outside its bounds (x[1] = 1 < 1.5)."""
+"""(optimizer_kwargs, hess, rtol) per case; the last starts outside its bounds (x[1] = 1 < 1.5).
+With BFGS the path differs from scipy's after an evaluation more or less (see
+`_ROUNDING_LEVEL_CORRECTION`) and both stop within scipy's ``xtol`` of the active bounds, a
+barrier's width (here 1e-6) apart."""
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +193,7 @@ def lowered():
     ``maxiter`` verdict; the batch."""
     x, a, batch_a = pt.vector("x"), pt.scalar("a"), pt.vector("batch_a")
     outputs = []
-    for optimizer_kwargs, hess in LOWERING_CASES.values():
+    for optimizer_kwargs, hess, _ in LOWERING_CASES.values():
         solution, success = minimize(
             objective(x, a), x, method="trust-constr", hess=hess, optimizer_kwargs=optimizer_kwargs
         )
@@ -222,9 +226,10 @@ def test_lowering_matches_scipy_including_ift_gradient(lowered, index, case):
     got, want = lowered
     solution, success, gradient = got[3 * index : 3 * index + 3]
     want_solution, want_success, want_gradient = want[3 * index : 3 * index + 3]
+    rtol = LOWERING_CASES[case][2]
     assert bool(success) and bool(want_success)
-    np.testing.assert_allclose(solution, want_solution, rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(gradient, want_gradient, rtol=1e-6)
+    np.testing.assert_allclose(solution, want_solution, rtol=rtol, atol=1e-9)
+    np.testing.assert_allclose(gradient, want_gradient, rtol=rtol)
 
 
 def test_out_of_iterations_fails_as_scipy_does(lowered):
