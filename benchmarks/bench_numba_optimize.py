@@ -76,8 +76,13 @@ class Case:
     @property
     def name(self) -> str:
         flags = "".join(f"[{key}]" for key, value in self.kwargs if value is True)
+        flags += "".join(f"[{key}]" for key, _ in self.options if key == "bounds")
         return f"{self.op} {self.method}{flags} {self.problem}" + (" +grad" if self.grad else "")
 
+
+_ACTIVE_BOX = ((-2.0, 0.5), (-1.0, 3.0))
+"""Bounds on rosenbrock2 with the first one active at the minimum (trust-constr's interior-point
+method)."""
 
 CASES: tuple[Case, ...] = (
     Case("minimize", "BFGS", "rosenbrock2"),
@@ -95,6 +100,14 @@ CASES: tuple[Case, ...] = (
     Case("minimize", "SLSQP", "rosenbrock10"),
     Case("minimize", "trust-constr", "rosenbrock2"),
     Case("minimize", "trust-constr", "rosenbrock2", kwargs=(("hess", True),)),
+    Case("minimize", "trust-constr", "rosenbrock2", options=(("bounds", _ACTIVE_BOX),)),
+    Case(
+        "minimize",
+        "trust-constr",
+        "rosenbrock2",
+        kwargs=(("hess", True),),
+        options=(("bounds", _ACTIVE_BOX),),
+    ),
     Case("minimize", "Nelder-Mead", "rosenbrock2"),
     Case("minimize", "Powell", "rosenbrock2"),
     Case("minimize", "COBYQA", "rosenbrock2"),

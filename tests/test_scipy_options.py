@@ -302,8 +302,14 @@ def test_each_backend_runs_exactly_the_methods_the_table_gives_it():
 
     assert set(JAX_SOLVERS) == _marked("jax")
     # Newton without a derivative output runs on a forward difference: a second solver, one method.
-    # trust-constr with the op's Hessian is a second solver too.
-    variants = {(RootScalarOp, "newton-forward-difference"), (MinimizeOp, "trust-constr-hessian")}
+    # trust-constr with the op's Hessian is a second solver too, and so is its interior-point method
+    # (with bounds), with the BFGS approximation or the Hessian.
+    variants = {
+        (RootScalarOp, "newton-forward-difference"),
+        (MinimizeOp, "trust-constr-hessian"),
+        (MinimizeOp, "trust-constr-interior-point"),
+        (MinimizeOp, "trust-constr-interior-point-hessian"),
+    }
     assert set(NATIVE_SOLVERS) - variants == _marked("numba")
 
 

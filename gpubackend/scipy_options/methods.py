@@ -111,8 +111,6 @@ _JAX_TRUST_REGION = JaxSupport(
     frozenset({"gtol", "maxiter", "initial_trust_radius", "max_trust_radius", "eta"})
 )
 _KRYLOV_ONLY = frozenset({"inexact"})
-_INTERIOR_POINT = frozenset({"bounds"})
-"""trust-constr with bounds runs scipy's interior-point method, which has no native version."""
 _JAX_TRUST_CONSTR = JaxSupport(frozenset(s.TrustConstrSettings._fields))
 _FINITE_DIFFERENCES_ONLY = frozenset({"finite_diff_rel_step", "workers"})
 """TNC's options for its finite differences that the native solver, on the op's gradient, cannot
@@ -192,7 +190,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 s.TrustConstrSettings(),
                 ("xtol", "gtol", "barrier_tol"),
                 jax=_JAX_TRUST_CONSTR,
-                numba=NumbaSupport(("jac",), ignores=_INTERIOR_POINT),
+                numba=_NATIVE_WITH_JAC,
             ),
             ScipyMethod(
                 "Newton-CG",

@@ -121,7 +121,9 @@ class SLSQPSettings(NamedTuple):
 class TrustConstrSettings(NamedTuple):
     """``minimize(method="trust-constr")`` without constraints: stop when ``max|grad| < gtol`` or
     the trust radius is below ``xtol``; ``maxiter`` counts the stopping tests, the first before
-    any step. The barrier options act only on inequality constraints and bounds."""
+    any step. The barrier options act only on inequality constraints and finite bounds (scipy's
+    interior-point method, which also needs the barrier parameter below ``barrier_tol`` for the
+    ``xtol`` stop)."""
 
     gtol: float = 1e-8
     xtol: float = 1e-8

@@ -29,11 +29,11 @@ from pytensor.link.numba.dispatch.basic import numba_njit
 from gpubackend.solvers.small_vectors import dot, max_abs, norm
 from gpubackend.solvers.trust_subproblems import boundary_intersections
 
-_SUFFICIENT, _INTERMEDIARY, _LARGE = 1e-8, 0.3, 0.9
+SUFFICIENT_REDUCTION, _INTERMEDIARY, _LARGE = 1e-8, 0.3, 0.9
 _ENLARGE_SMALL, _ENLARGE_LARGE = 2.0, 7.0
 _MAX_REDUCTION, _MIN_REDUCTION = 0.5, 0.1
-_PENALTY_FACTOR = 0.3
-_LEAST_VIOLATION_REDUCTION = 1e-16
+PENALTY_FACTOR = 0.3
+LEAST_VIOLATION_REDUCTION = 1e-16
 _CLOSE_TO_ZERO = 1e-25
 _MIN_CURVATURE = 1e-8
 
@@ -111,8 +111,8 @@ def next_radius(radius, ratio, step_norm):
         return max(_ENLARGE_LARGE * step_norm, radius)
     if ratio >= _INTERMEDIARY:
         return max(_ENLARGE_SMALL * step_norm, radius)
-    if ratio < _SUFFICIENT:
-        reduced = (1 - _SUFFICIENT) / (1 - ratio) * step_norm
+    if ratio < SUFFICIENT_REDUCTION:
+        reduced = (1 - SUFFICIENT_REDUCTION) / (1 - ratio) * step_norm
         if reduced >= _MAX_REDUCTION * radius:
             return _MAX_REDUCTION * radius
         if reduced >= _MIN_REDUCTION * radius:
@@ -148,8 +148,8 @@ def _make_trust_constr(evaluate: Callable, quasi_newton: bool) -> Callable:
             model = 0.5 * dot(hessian @ step, step) + dot(g, step)
             previous_penalty = penalty
             if model > 0.0:
-                penalty = max(penalty, model / ((1 - _PENALTY_FACTOR) * _LEAST_VIOLATION_REDUCTION))
-            predicted = -model + penalty * _LEAST_VIOLATION_REDUCTION
+                penalty = max(penalty, model / ((1 - PENALTY_FACTOR) * LEAST_VIOLATION_REDUCTION))
+            predicted = -model + penalty * LEAST_VIOLATION_REDUCTION
             x_next = x + step
             f_next, g_next, hessian_next = evaluate(x_next, args)
             if quasi_newton:
@@ -159,7 +159,7 @@ def _make_trust_constr(evaluate: Callable, quasi_newton: bool) -> Callable:
                 x_evaluated, g_evaluated = x_next, g_next
             ratio = (f - f_next) / predicted
             radius = next_radius(radius, ratio, norm(step))
-            if ratio >= _SUFFICIENT:
+            if ratio >= SUFFICIENT_REDUCTION:
                 x, f, g = x_next, f_next, g_next
                 if not quasi_newton:
                     hessian = hessian_next
@@ -170,16 +170,22 @@ def _make_trust_constr(evaluate: Callable, quasi_newton: bool) -> Callable:
     return solve
 
 
-def make_trust_constr(fun: Callable) -> Callable:
-    """``solve(x0, args, settings: TrustConstrSettings) -> (x, converged)`` on the BFGS
-    approximation; ``fun(x, args)`` returns ``(f, grad)``."""
+def with_no_hessian(fun: Callable) -> Callable:
+    """``evaluate(x, args) -> (f, grad, empty Hessian)`` from ``fun(x, args) -> (f, grad)``, for
+    the solvers on the BFGS approximation."""
 
     @numba_njit(inline="always")
     def evaluate(x, args):
         f, g = fun(x, args)
         return f, g, np.empty((0, 0))
 
-    return _make_trust_constr(evaluate, quasi_newton=True)
+    return evaluate
+
+
+def make_trust_constr(fun: Callable) -> Callable:
+    """``solve(x0, args, settings: TrustConstrSettings) -> (x, converged)`` on the BFGS
+    approximation; ``fun(x, args)`` returns ``(f, grad)``."""
+    return _make_trust_constr(with_no_hessian(fun), quasi_newton=True)
 
 
 def make_trust_constr_hessian(fun: Callable) -> Callable:

@@ -83,6 +83,10 @@ from gpubackend.solvers.secant import make_secant
 from gpubackend.solvers.slsqp import make_slsqp
 from gpubackend.solvers.tnc import make_tnc
 from gpubackend.solvers.toms748 import make_toms748
+from gpubackend.solvers.tr_interior_point import (
+    make_tr_interior_point,
+    make_tr_interior_point_hessian,
+)
 from gpubackend.solvers.trust_constr import make_trust_constr, make_trust_constr_hessian
 from gpubackend.solvers.trust_region_minimize import (
     make_dogleg,
@@ -94,7 +98,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 62
+SOLVER_CACHE_VERSION = 63
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -121,6 +125,14 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Cal
     (MinimizeOp, "trust-constr-hessian"): (
         (problem.VALUE_GRADIENT_AND_HESSIAN,),
         make_trust_constr_hessian,
+    ),
+    (MinimizeOp, "trust-constr-interior-point"): (
+        (problem.VALUE_AND_GRADIENT,),
+        make_tr_interior_point,
+    ),
+    (MinimizeOp, "trust-constr-interior-point-hessian"): (
+        (problem.VALUE_GRADIENT_AND_HESSIAN,),
+        make_tr_interior_point_hessian,
     ),
     # MINPACK asks for the equations at every trial point, the Jacobian only where it refactors.
     (RootOp, "hybr"): ((problem.RESIDUAL, problem.JACOBIAN), make_hybrid_powell),

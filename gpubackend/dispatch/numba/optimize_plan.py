@@ -20,7 +20,7 @@ from pytensor.tensor.optimize import (
 
 from gpubackend.errors import UnsupportedMethod, UnsupportedOption
 from gpubackend.scipy_options import OP_OPTIONS, resolve
-from gpubackend.scipy_options.settings import LineSearchSettings
+from gpubackend.scipy_options.settings import LineSearchSettings, TrustConstrSettings
 
 
 class NoNativeSolver(Exception):
@@ -70,10 +70,19 @@ def solver_plan(op: ScipyWrapperOp) -> SolverPlan:
     if isinstance(op, RootScalarOp) and key == "newton" and not op.jac:
         # Without a derivative output scipy runs Newton on a forward difference; so do we.
         key = "newton-forward-difference"
-    if key == "trust-constr" and op.hess:
-        # scipy uses the Hessian it is given, and a BFGS approximation without one; so do we.
-        key = "trust-constr-hessian"
+    if key == "trust-constr":
+        if isinstance(settings, TrustConstrSettings) and _has_finite_bound(settings.bounds):
+            # scipy runs its interior-point method where a bound is finite, its plain SQP
+            # otherwise.
+            key = "trust-constr-interior-point"
+        if op.hess:
+            # scipy uses the Hessian it is given, and a BFGS approximation without one; so do we.
+            key += "-hessian"
     return SolverPlan(key, resolved.settings)
+
+
+def _has_finite_bound(bounds: tuple[tuple[float, ...], tuple[float, ...]]) -> bool:
+    return bool(np.isfinite(bounds[0]).any() or np.isfinite(bounds[1]).any())
 
 
 def has_native_solver(op: ScipyWrapperOp) -> bool:
