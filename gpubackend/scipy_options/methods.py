@@ -218,6 +218,12 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 numba=NumbaSupport(ignores=frozenset({"direc"})),
             ),
             ScipyMethod(
+                "COBYLA",
+                s.COBYLASettings(),
+                ("tol",),
+                numba=NumbaSupport(),
+            ),
+            ScipyMethod(
                 "TNC",
                 s.TNCSettings(),
                 ("xtol", "ftol", "gtol"),
