@@ -19,7 +19,7 @@ and invalid values are replaced as pyprima's ``preproc`` replaces them.
 
 The arithmetic keeps pyprima's order (IEEE, no fastmath); sums and products
 are sequential loops where numpy may block them for BLAS, so trial points agree
-with scipy's to rounding and, on well-conditioned problems, exactly.
+with scipy's to rounding and, on short solves, to the last bits.
 """
 
 from collections.abc import Callable
@@ -362,17 +362,18 @@ def make_cobyla_minimize(fun: Callable) -> Callable:
     evaluate = _make_evaluate(fun)
 
     @ieee_njit
-    def trial(
-        problem, x, args, fval, conmat, cval, constr, sim, distsq, rhoend
-    ) -> tuple[float, float, bool]:
-        """``(f, cstrv, evaluated)`` at ``x``: a vertex's values where ``x`` is one, to
-        ``1e-4 * rhoend``."""
+    def trial(problem, x, args, state, constr, rhoend, nf, nfilt, filt, ctol, cweight):
+        """``(f, cstrv, nf, nfilt)`` at ``x``: a vertex's values where ``x`` is one (to
+        ``1e-4 * rhoend``), else an evaluation, counted and offered to the filter."""
+        fval, conmat, cval, sim, distsq = state
         j = _vertex_distances(x, sim, distsq)
         if distsq[j] <= (1e-4 * rhoend) * (1e-4 * rhoend):
             constr[:] = conmat[:, j]
-            return fval[j], cval[j], False
+            return fval[j], cval[j], nf, nfilt
         f = evaluate(problem, x, args, constr)
-        return f, _violation(constr), True
+        cstrv = _violation(constr)
+        cfilt, ffilt, xfilt = filt
+        return f, cstrv, nf + 1, savefilt(cstrv, ctol, cweight, f, x, nfilt, cfilt, ffilt, xfilt)
 
     @ieee_njit
     def minimize(x0, args, settings) -> COBYLAResult:
@@ -448,7 +449,8 @@ def make_cobyla_minimize(fun: Callable) -> Callable:
                 point[:] = sim[:, i] + sim[:, n] if i < n else sim[:, i]
                 nfilt = savefilt(cval[i], ctol, cweight, fval[i], point, nfilt, cfilt, ffilt, xfilt)
 
-        distsq = np.zeros(n + 1)
+        state = (fval, conmat, cval, sim, np.zeros(n + 1))
+        filt = (cfilt, ffilt, xfilt)
         d = np.zeros(n)
         if info == INFO_DEFAULT:
             rho = rhobeg
@@ -479,12 +481,9 @@ def make_cobyla_minimize(fun: Callable) -> Callable:
                         delta = rho
                 else:
                     point[:] = sim[:, n] + d
-                    f, cstrv, new = trial(
-                        problem, point, args, fval, conmat, cval, constr, sim, distsq, rhoend
+                    f, cstrv, nf, nfilt = trial(
+                        problem, point, args, state, constr, rhoend, nf, nfilt, filt, ctol, cweight
                     )
-                    if new:
-                        nf += 1
-                        nfilt = savefilt(cstrv, ctol, cweight, f, point, nfilt, cfilt, ffilt, xfilt)
                     actrem = (fval[n] + cpen * cval[n]) - (f + cpen * cstrv)
                     ratio = _redrat(actrem, prerem, eta1)
                     delta = trrad(delta, dnorm, eta1, eta2, gamma1, gamma2, ratio)
@@ -494,10 +493,8 @@ def make_cobyla_minimize(fun: Callable) -> Callable:
                     subinfo = updatexfc(
                         jdrop_tr, constr, cpen, cstrv, d, f, conmat, cval, fval, sim, simi
                     )
-                    if subinfo == DAMAGING_ROUNDING:
-                        info = subinfo
-                        break
-                    subinfo = _checkbreak(maxfun, nf, cstrv, ctol, f, ftarget, point)
+                    if subinfo == INFO_DEFAULT:
+                        subinfo = _checkbreak(maxfun, nf, cstrv, ctol, f, ftarget, point)
                     if subinfo != INFO_DEFAULT:
                         info = subinfo
                         break
@@ -509,19 +506,14 @@ def make_cobyla_minimize(fun: Callable) -> Callable:
                     jdrop_geo = int(np.argmax(sizes))
                     d = geostep(jdrop_geo, a, conmat, cpen, delta / 2, fval, simi)
                     point[:] = sim[:, n] + d
-                    f, cstrv, new = trial(
-                        problem, point, args, fval, conmat, cval, constr, sim, distsq, rhoend
+                    f, cstrv, nf, nfilt = trial(
+                        problem, point, args, state, constr, rhoend, nf, nfilt, filt, ctol, cweight
                     )
-                    if new:
-                        nf += 1
-                        nfilt = savefilt(cstrv, ctol, cweight, f, point, nfilt, cfilt, ffilt, xfilt)
                     subinfo = updatexfc(
                         jdrop_geo, constr, cpen, cstrv, d, f, conmat, cval, fval, sim, simi
                     )
-                    if subinfo == DAMAGING_ROUNDING:
-                        info = subinfo
-                        break
-                    subinfo = _checkbreak(maxfun, nf, cstrv, ctol, f, ftarget, point)
+                    if subinfo == INFO_DEFAULT:
+                        subinfo = _checkbreak(maxfun, nf, cstrv, ctol, f, ftarget, point)
                     if subinfo != INFO_DEFAULT:
                         info = subinfo
                         break

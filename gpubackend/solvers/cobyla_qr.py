@@ -89,7 +89,8 @@ def qradd_rdiag(c, q, rdiag, n: int) -> int:
 
 
 @ieee_njit(inline="always")
-def _column_dot(q, k: int, a, column: int) -> float:
+def column_dot(q, k: int, a, column: int) -> float:
+    """``q[:, k] @ a[:, column]``."""
     total = 0.0
     for i in range(q.shape[0]):
         total += q[i, k] * a[i, column]
@@ -102,12 +103,12 @@ def qrexc_rdiag(a, iact, q, rdiag, n: int, i: int) -> None:
     if i < 0 or i >= n:
         return
     for k in range(i, n - 1):
-        cos, sin = planerot(rdiag[k + 1], _column_dot(q, k, a, iact[k + 1]))
+        cos, sin = planerot(rdiag[k + 1], column_dot(q, k, a, iact[k + 1]))
         # q[:, [k, k+1]] = q[:, [k+1, k]] @ G.T
         for row in range(q.shape[0]):
             qk, qk1 = q[row, k], q[row, k + 1]
             q[row, k] = qk1 * cos + qk * sin
             q[row, k + 1] = qk1 * -sin + qk * cos
     for k in range(i, n - 1):
-        rdiag[k] = _column_dot(q, k, a, iact[k + 1])
-    rdiag[n - 1] = _column_dot(q, n - 1, a, iact[i])
+        rdiag[k] = column_dot(q, k, a, iact[k + 1])
+    rdiag[n - 1] = column_dot(q, n - 1, a, iact[i])

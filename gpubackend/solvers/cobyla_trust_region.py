@@ -10,7 +10,15 @@ linear model ``g @ d`` of the objective subject to the linearized constraints
 
 import numpy as np
 
-from gpubackend.solvers.cobyla_qr import EPS, REALMAX, REALMIN, isminor, qradd_rdiag, qrexc_rdiag
+from gpubackend.solvers.cobyla_qr import (
+    EPS,
+    REALMAX,
+    REALMIN,
+    column_dot,
+    isminor,
+    qradd_rdiag,
+    qrexc_rdiag,
+)
 from gpubackend.solvers.small_vectors import dot
 from gpubackend.solvers.tnc_vectors import ieee_njit
 
@@ -116,7 +124,7 @@ def _trstlp_sub(iact, nact: int, stage: int, a, b, delta: float, d, vmultc, z) -
             if not value <= cviol:
                 cviol = value
     for k in range(nact):
-        zdota[k] = _z_dot_a(z, k, a, iact[k])
+        zdota[k] = column_dot(z, k, a, iact[k])
     optold = REALMAX
     nactold = nact
     nfail = 0
@@ -264,14 +272,6 @@ def _column_dot(d, a, column: int) -> float:
     total = 0.0
     for i in range(d.shape[0]):
         total += d[i] * a[i, column]
-    return total
-
-
-@ieee_njit(inline="always")
-def _z_dot_a(z, k: int, a, column: int) -> float:
-    total = 0.0
-    for i in range(z.shape[0]):
-        total += z[i, k] * a[i, column]
     return total
 
 
