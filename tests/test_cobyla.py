@@ -209,7 +209,12 @@ SAME_PATH_CASES = {
 included."""
 CONVERGED_CASES = {
     "quadratic_tight": (QUADRATIC_START, QUADRATIC, None, {"tol": 1e-10}),
-    "fixed_variable": (np.array([-1.2, 1.0, 0.3]), QUADRATIC, [(-2, 2), (0.5, 0.5), (-1, 3)], {}),
+    "fixed_variable": (
+        np.array([-1.2, 1.0, 0.3]),
+        QUADRATIC,
+        [(-2, 2), (0.5, 0.5), (-1, 3)],
+        {"tol": 1e-8},
+    ),
     "rhoend_above_rhobeg": (QUADRATIC_START, QUADRATIC, None, {"rhobeg": 0.1, "tol": 0.5}),
 }
 """Longer solves: numpy's BLAS fuses multiply-adds where the solver rounds twice, and a step as
