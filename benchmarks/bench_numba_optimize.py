@@ -112,6 +112,8 @@ CASES: tuple[Case, ...] = (
     Case("minimize", "Powell", "rosenbrock2"),
     Case("minimize", "COBYQA", "rosenbrock2"),
     Case("minimize", "TNC", "rosenbrock2"),
+    Case("minimize", "COBYLA", "rosenbrock2"),
+    Case("minimize", "COBYLA", "rosenbrock2", options=(("bounds", ((-2.0, 0.8), (-1.0, 1.0))),)),
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),)),
     Case("root", "hybr", "cubic3", options=(("tol", 1e-12),), grad=True),
     Case("root", "hybr", "two_equations"),

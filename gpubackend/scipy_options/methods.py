@@ -224,6 +224,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 jax=JaxSupport(
                     frozenset({"rhobeg", "tol", "maxiter", "catol", "f_target", "bounds"})
                 ),
+                numba=NumbaSupport(),
             ),
             ScipyMethod(
                 "COBYQA",

@@ -154,6 +154,21 @@ class NelderMeadSettings(NamedTuple):
     initial_simplex: object = None
 
 
+class COBYLASettings(NamedTuple):
+    """``minimize(method="COBYLA")`` (PRIMA's COBYLA, as scipy's ``_minimize_cobyla`` calls it):
+    the trust region starts at ``rhobeg`` and the solve stops once it has shrunk to ``tol``
+    (PRIMA's ``rhoend``), after ``maxiter`` evaluations (PRIMA's ``maxfun``), or at a point
+    within ``catol`` of feasibility whose value is at most ``f_target``. ``catol`` left unset is
+    scipy's ``sqrt(eps)``; ``bounds`` are PRIMA's bound constraints."""
+
+    rhobeg: float = 1.0
+    tol: float = 1e-4
+    maxiter: int = 1000
+    catol: float = SQRT_EPS
+    f_target: float = -np.inf
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
+
+
 class PowellSettings(NamedTuple):
     """``minimize(method="Powell")``: stop when an iteration lowers f by at most ``ftol`` relative
     to it; each line search stops at ``xtol``, within ``bounds`` where they are given.
@@ -169,23 +184,6 @@ class PowellSettings(NamedTuple):
     maxfev: int = SIZE_DEPENDENT
     bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
     direc: object = None
-
-
-class COBYLASettings(NamedTuple):
-    """``minimize(method="COBYLA")`` (PRIMA's, scipy 1.18's ``pyprima``) without constraints:
-    ``rhobeg`` is the first trust-region radius, ``tol`` the last; ``maxiter`` counts evaluations;
-    ``catol`` is the violation (of ``bounds``, which COBYLA models as linear constraints) a
-    successful answer may keep (scipy's ``None`` is ``sqrt(eps)``); the solve also ends once
-    ``f <= f_target`` at a feasible point. ``disp`` only prints.
-    """
-
-    rhobeg: float = 1.0
-    tol: float = 1e-4
-    maxiter: int = 1000
-    disp: int = 0
-    catol: float = SQRT_EPS
-    f_target: float = -np.inf
-    bounds: tuple[tuple[float, ...], tuple[float, ...]] = ((-np.inf,), (np.inf,))
 
 
 class COBYQASettings(NamedTuple):

@@ -61,6 +61,7 @@ from gpubackend.solvers.bounded_minimize import make_bounded_minimize
 from gpubackend.solvers.brent_minimize import make_brent_minimize
 from gpubackend.solvers.brentq import make_brenth, make_brentq
 from gpubackend.solvers.broyden import make_broyden1, make_broyden2
+from gpubackend.solvers.cobyla import make_cobyla
 from gpubackend.solvers.cobyqa import make_cobyqa
 from gpubackend.solvers.conjugate_gradient import make_conjugate_gradient
 from gpubackend.solvers.df_sane import make_df_sane
@@ -98,7 +99,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 63
+SOLVER_CACHE_VERSION = 64
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
@@ -115,6 +116,7 @@ NATIVE_SOLVERS: dict[tuple[type, str], tuple[tuple[problem.Evaluation, ...], Cal
     (MinimizeOp, "nelder-mead"): ((problem.VALUE,), make_nelder_mead),
     (MinimizeOp, "powell"): ((problem.VALUE,), make_powell),
     (MinimizeOp, "cobyqa"): ((problem.VALUE,), make_cobyqa),
+    (MinimizeOp, "cobyla"): ((problem.VALUE,), make_cobyla),
     (MinimizeOp, "tnc"): ((problem.VALUE_AND_GRADIENT,), make_tnc),
     (MinimizeOp, "trust-exact"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_exact),
     (MinimizeOp, "trust-krylov"): ((problem.VALUE_GRADIENT_AND_HESSIAN,), make_trust_krylov),
