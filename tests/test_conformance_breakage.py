@@ -228,6 +228,6 @@ def test_a_numba_object_mode_fallback_is_reported_as_object_mode_not_pass():
 
 
 def test_a_method_without_a_jax_lowering_is_reported_as_unsupported():
-    result = run_on(prepare(_minimize_case("COBYLA")), BACKENDS["jax"], JAX_DEVICE)
+    result = run_on(prepare(_minimize_case("COBYQA")), BACKENDS["jax"], JAX_DEVICE)
     assert result.status == UNSUPPORTED, result.detail
-    assert "COBYLA" in result.detail
+    assert "COBYQA" in result.detail
