@@ -42,8 +42,8 @@ from gpubackend.solvers.cobyla_simplex import (
     updatexfc,
 )
 from gpubackend.solvers.cobyla_trust_region import trrad, trstlp
+from gpubackend.solvers.ieee import ieee_njit
 from gpubackend.solvers.small_vectors import dot, norm
-from gpubackend.solvers.tnc_vectors import ieee_njit
 
 # PRIMA's exit flags (``common/infos.py``): scipy's ``status``.
 SMALL_TR_RADIUS = 0

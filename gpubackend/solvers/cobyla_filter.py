@@ -10,7 +10,7 @@ not its last iterate.
 import numpy as np
 
 from gpubackend.solvers.cobyla_qr import EPS, REALMAX
-from gpubackend.solvers.tnc_vectors import ieee_njit
+from gpubackend.solvers.ieee import ieee_njit
 
 FUNCMAX = 1e30
 """PRIMA's cap on objective values (NaN reads as it)."""

@@ -9,7 +9,7 @@ the active constraints' gradients are the columns ``A[:, iact[k]]``.
 
 import numpy as np
 
-from gpubackend.solvers.tnc_vectors import ieee_njit
+from gpubackend.solvers.ieee import ieee_njit
 
 EPS = float(np.finfo(np.float64).eps)
 REALMIN = float(np.finfo(np.float64).tiny)

@@ -15,8 +15,8 @@ the vertices. Everything is updated in place; the functions return PRIMA's
 
 import numpy as np
 
+from gpubackend.solvers.ieee import ieee_njit
 from gpubackend.solvers.small_vectors import norm
-from gpubackend.solvers.tnc_vectors import ieee_njit
 
 INFO_DEFAULT = 0
 DAMAGING_ROUNDING = 7

@@ -19,8 +19,8 @@ from gpubackend.solvers.cobyla_qr import (
     qradd_rdiag,
     qrexc_rdiag,
 )
+from gpubackend.solvers.ieee import ieee_njit
 from gpubackend.solvers.small_vectors import dot
-from gpubackend.solvers.tnc_vectors import ieee_njit
 
 
 @ieee_njit

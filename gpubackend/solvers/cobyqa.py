@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gpubackend.solvers.box_bounds import box_bounds
 from gpubackend.solvers.cobyqa_geometry import cauchy_geometry, spider_geometry
 from gpubackend.solvers.cobyqa_model import (
     determinants,
@@ -38,9 +39,8 @@ from gpubackend.solvers.cobyqa_problem import (
     takes_into_filter,
 )
 from gpubackend.solvers.cobyqa_tangential import TINY, tangential_step
-from gpubackend.solvers.nelder_mead import box_bounds
+from gpubackend.solvers.ieee import ieee_njit
 from gpubackend.solvers.numpy_products import dot, norm
-from gpubackend.solvers.tnc_vectors import ieee_njit
 
 # scipy's exit statuses (cobyqa.settings.ExitStatus).
 RADIUS_SUCCESS = 0

@@ -13,8 +13,8 @@ import numpy as np
 
 from gpubackend.solvers.cobyqa_model import curv, curv_along_column
 from gpubackend.solvers.cobyqa_tangential import TINY
+from gpubackend.solvers.ieee import ieee_njit
 from gpubackend.solvers.numpy_products import column_norms, dot, masked_dot, norm, strided_dot
-from gpubackend.solvers.tnc_vectors import ieee_njit
 
 
 @ieee_njit

@@ -16,9 +16,9 @@ finite) these functions return ``ok = False``.
 
 import numpy as np
 
+from gpubackend.solvers.ieee import ieee_njit
 from gpubackend.solvers.numpy_products import column_norms, dot, matmul, matvec, strided_dot, vecmat
 from gpubackend.solvers.symmetric_eigen import eigh
-from gpubackend.solvers.tnc_vectors import ieee_njit
 
 EPS = float(np.finfo(float).eps)
 

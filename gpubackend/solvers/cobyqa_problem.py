@@ -10,7 +10,7 @@ was NaN (a NaN point is never replaced, as in COBYQA).
 import numpy as np
 
 from gpubackend.solvers.cobyqa_model import EPS
-from gpubackend.solvers.tnc_vectors import ieee_njit
+from gpubackend.solvers.ieee import ieee_njit
 
 BARRIER = 2.0**100
 """COBYQA's ``BARRIER``: the model sees values clipped to +-BARRIER, NaN as +BARRIER."""

@@ -10,8 +10,8 @@ sample of angles per pass), kept only where it lowers the model.
 import numpy as np
 
 from gpubackend.solvers.cobyqa_model import EPS, hess_prod
+from gpubackend.solvers.ieee import ieee_njit
 from gpubackend.solvers.numpy_products import dot, masked_dot, norm
-from gpubackend.solvers.tnc_vectors import ieee_njit
 
 TINY = float(np.finfo(float).tiny)
 _N_SAMPLES = 20

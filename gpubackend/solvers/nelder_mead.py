@@ -19,24 +19,10 @@ from pytensor.link.numba.dispatch.basic import numba_njit
 
 from gpubackend.scipy_options.budgets import NELDER_MEAD_PER_VARIABLE
 from gpubackend.solvers import direct_search_budgets
+from gpubackend.solvers.box_bounds import box_bounds
 
 _NONZERO_DELTA, _ZERO_DELTA = 0.05, 0.00025
 """scipy's start simplex: each vertex moves one coordinate by 5%, or to 0.00025 from zero."""
-
-
-@numba_njit
-def box_bounds(bounds, n):
-    """``(lower, upper)`` arrays of length ``n`` from the settings' bound tuples (one entry per
-    element of x, or one for all; `resolve` has checked their order); a ``ValueError`` as
-    scipy's for any other length."""
-    lower, upper = bounds
-    if (len(lower) != 1 and len(lower) != n) or len(upper) != len(lower):
-        raise ValueError("`bounds` must hold one (lower, upper) pair per element of x")
-    lo, hi = np.empty(n), np.empty(n)
-    for i in range(n):
-        lo[i] = lower[0] if len(lower) == 1 else lower[i]
-        hi[i] = upper[0] if len(upper) == 1 else upper[i]
-    return lo, hi
 
 
 @numba_njit(inline="always")

@@ -14,7 +14,7 @@ non-contiguous view (a column of a row-major matrix).
 import numpy as np
 from pytensor.link.numba.dispatch.basic import numba_njit
 
-from gpubackend.solvers.tnc_vectors import ieee_njit
+from gpubackend.solvers.ieee import ieee_njit
 
 
 @ieee_njit

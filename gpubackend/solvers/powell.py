@@ -27,8 +27,8 @@ from gpubackend.scipy_options.budgets import POWELL_PER_VARIABLE
 from gpubackend.scipy_options.settings import BoundedMinimizeSettings, BracketMinimizeSettings
 from gpubackend.solvers import direct_search_budgets
 from gpubackend.solvers.bounded_minimize import make_bounded_minimize
+from gpubackend.solvers.box_bounds import box_bounds
 from gpubackend.solvers.brent_minimize import make_brent_minimize
-from gpubackend.solvers.nelder_mead import box_bounds
 
 _LINE_SEARCH_MAXITER = 500
 """scipy's ``minimize_scalar`` default, which its line searches keep."""

@@ -14,7 +14,7 @@ from llvmlite import binding
 from numba.core import types
 from numba.extending import get_cython_function_address
 
-from gpubackend.solvers.tnc_vectors import ieee_njit
+from gpubackend.solvers.ieee import ieee_njit
 
 _SYMBOL = "gpubackend_scipy_dsyevr"
 binding.add_symbol(_SYMBOL, get_cython_function_address("scipy.linalg.cython_lapack", "dsyevr"))

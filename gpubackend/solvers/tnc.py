@@ -22,13 +22,13 @@ import numpy as np
 from numba.extending import overload
 
 from gpubackend.solvers import tnc_maxfun
-from gpubackend.solvers.nelder_mead import box_bounds
+from gpubackend.solvers.box_bounds import box_bounds
+from gpubackend.solvers.ieee import ieee_njit
 from gpubackend.solvers.small_vectors import dot
 from gpubackend.solvers.tnc_direction import make_tnc_direction
 from gpubackend.solvers.tnc_line_search import LS_FAIL, LS_MAXFUN, LS_OK, make_tnc_line_search
 from gpubackend.solvers.tnc_objective import free_problem, make_tnc_objective
 from gpubackend.solvers.tnc_vectors import (
-    ieee_njit,
     project,
     projected_norm,
     scale_gradient_into,

@@ -10,9 +10,9 @@ evaluation before the budget.
 
 from collections.abc import Callable
 
+from gpubackend.solvers.ieee import ieee_njit
 from gpubackend.solvers.small_vectors import dot
 from gpubackend.solvers.tnc_vectors import (
-    ieee_njit,
     project,
     scale_gradient_into,
     unscaled_point_into,

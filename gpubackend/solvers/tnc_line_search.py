@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gpubackend.solvers.ieee import ieee_njit
 from gpubackend.solvers.tnc_vectors import (
-    ieee_njit,
     projected_norm,
     scaled_norm,
     scaled_slope,

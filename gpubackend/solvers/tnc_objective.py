@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gpubackend.solvers.tnc_vectors import ieee_njit
+from gpubackend.solvers.ieee import ieee_njit
 
 # The memo's scalars: the last value, and whether a point has been evaluated.
 _LAST_VALUE, _HAS_LAST = 0, 1

@@ -5,22 +5,12 @@ TNC works on scaled variables ``(x - xoffset) / xscale`` and a scaled objective
 bounds. Each helper keeps ``tnc.c``'s order of operations, so the trial points
 are scipy's to the last bit.
 
-So TNC compiles without PyTensor's fastmath flags (`ieee_njit`): contracting
-``a * b + c`` into one rounding or reassociating a sum moves the last bits of a
-trial point, and TNC's line search carries such a difference into a different
-sequence of points (and a different number of evaluations) within a few
-iterations.
+So TNC compiles without PyTensor's fastmath flags (`gpubackend.solvers.ieee`).
 """
 
-from collections.abc import Callable
-
 import numpy as np
-from pytensor.link.numba.dispatch.basic import numba_njit
 
-
-def ieee_njit(*args, **kwargs) -> Callable:
-    """PyTensor's ``numba_njit`` with IEEE arithmetic (no fastmath), as ``tnc.c`` is compiled."""
-    return numba_njit(*args, fastmath=False, **kwargs)
+from gpubackend.solvers.ieee import ieee_njit
 
 
 @ieee_njit(inline="always")
