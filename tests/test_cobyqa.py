@@ -130,6 +130,18 @@ def test_cobyqa_radii_out_of_order_raise_scipys_error(mode):
         pytensor.function([x], solution, mode=mode)(np.zeros(2))
 
 
+@pytest.mark.parametrize("mode", ["NUMBA", REFERENCE_MODE])
+def test_cobyqa_every_variable_fixed_raises_scipys_error(mode):
+    # Before: NUMBA returned x0 with success (the COBYQA package's own status 2), where scipy's
+    # COBYQA raises on the empty bounds of its free variables.
+    x = pt.vector("x")
+    solution, _ = minimize(
+        ((x - 1.0) ** 2).sum(), x, method="COBYQA", optimizer_kwargs={"bounds": [(0, 0), (2, 2)]}
+    )
+    with pytest.raises(ValueError, match="`lb` and `ub` must be non-empty"):
+        pytensor.function([x], solution, mode=mode)(np.zeros(2))
+
+
 # --- The solver itself, logging its evaluations -----------------------------------------------
 
 

@@ -45,7 +45,6 @@ from gpubackend.solvers.numpy_products import dot, norm
 # scipy's exit statuses (cobyqa.settings.ExitStatus).
 RADIUS_SUCCESS = 0
 TARGET_SUCCESS = 1
-FIXED_SUCCESS = 2
 MAX_EVAL_WARNING = 5
 MAX_ITER_WARNING = 6
 INFEASIBLE_ERROR = -1
@@ -410,17 +409,22 @@ def make_cobyqa_minimize(fun: Callable) -> Callable:
         )
         problem = (fixed, fixed_val, factor, shift, xl_full, xu_full)
         n = x0.shape[0]
+        if n == 0:
+            # scipy's COBYQA builds the free variables' Bounds, which refuses to be empty.
+            raise ValueError(
+                "minimize(method='COBYQA'): every variable is fixed by its bounds, which scipy's "
+                "COBYQA refuses (`lb` and `ub` must be non-empty)"
+            )
         budgets = _resolve_budgets(settings, n_orig)
         feasible_target = 0.0 <= settings.feasibility_tol
         best_x = x0.copy()
         record = np.array([np.nan, 0.0, 0.0])
         nit = 0
-        if not feasible or n == 0:
+        if not feasible:
             # scipy evaluates x0 for its answer.
-            f = fun(full_x(x0, fixed, fixed_val, factor, shift, xl_full, xu_full, feasible), args)
-            x = full_x(x0, fixed, fixed_val, factor, shift, xl_full, xu_full, feasible)
-            status = FIXED_SUCCESS if feasible else INFEASIBLE_ERROR
-            return x, f, 1, 0, status, feasible and np.isfinite(f) and feasible_target
+            f = fun(full_x(x0, fixed, fixed_val, factor, shift, xl_full, xu_full, False), args)
+            x = full_x(x0, fixed, fixed_val, factor, shift, xl_full, xu_full, False)
+            return x, f, 1, 0, INFEASIBLE_ERROR, False
         rhobeg = settings.initial_tr_radius
         rhoend = settings.final_tr_radius
         max_radius = 0.5 * np.min(xu - xl)
