@@ -34,6 +34,7 @@ from pytensor.tensor.optimize import (
 
 from gpubackend.dispatch.jax import damped_newton
 from gpubackend.dispatch.jax.cobyla import ScipyCOBYLA
+from gpubackend.dispatch.jax.cobyqa import ScipyCOBYQA
 from gpubackend.dispatch.jax.df_sane import SpectralResidual
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.implicit import (
@@ -156,7 +157,14 @@ def _in_mesh_stand_in(solve: Callable, fn: Objective, choice: SolverChoice, x0, 
 # verdict varies; optimistix's closure-converted objective refuses the tracers of SLSQP's
 # gradient and the mesh types of COBYLA's trial points): there a plain loop of their steps runs
 # them (`_stepped_in_mesh`), not `damped_newton`, which knows no bounds.
-_STEPPED_IN_MESH = (ProjectedLBFGS, SLSQP, TNC, ScipyCOBYLA, TrustRegionInteriorPoint)
+_STEPPED_IN_MESH = (
+    ProjectedLBFGS,
+    SLSQP,
+    TNC,
+    ScipyCOBYLA,
+    ScipyCOBYQA,
+    TrustRegionInteriorPoint,
+)
 
 
 def _stepped_in_mesh(choice: SolverChoice, fn: Objective, x0, args: tuple, options: dict | None):
