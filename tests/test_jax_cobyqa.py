@@ -3,7 +3,7 @@
 The solutions, verdicts and implicit gradients are compared with FAST_COMPILE
 (scipy itself); the solver, run on its own, with scipy's ``x``, ``fun``,
 ``nfev``, ``nit``, ``status`` and ``success``: equal where no comparison is
-decided by the last bits (8 of the 11 problems below), else the same verdict and
+decided by the last bits (10 of the 13 problems below), else the same verdict and
 answer within COBYQA's final radius after a different number of evaluations.
 """
 
@@ -67,6 +67,13 @@ CASES = {
     ),
     "out_of_iterations": ("rosenbrock", ROSENBROCK_START, np.ones(2), {"options": {"maxiter": 10}}),
     "f_target": ("quartic", X0, A_VALUE, {"options": {"f_target": 1.0}}),
+    # A lower bound at +inf: scipy's infeasible bounds, x0 evaluated once and returned.
+    "infeasible_bounds": (
+        "quartic",
+        X0,
+        A_VALUE,
+        {"bounds": [(np.inf, np.inf), (-1, 2), (None, None)]},
+    ),
 }
 ROUNDING_APART = {
     # Paths that part from scipy's at rounding (jnp.linalg.eigh against LAPACK's dsyevr, XLA's
@@ -195,4 +202,10 @@ def test_cobyqa_refuses_what_scipy_refuses_by_name():
         ("quartic", X0, A_VALUE, {"options": {"initial_tr_radius": 1e-3, "final_tr_radius": 1.0}})
     )
     with pytest.raises(ValueError, match="initial trust-region radius"):
+        pytensor.function(inputs, outputs, mode="JAX_GPU")(X0, A_VALUE)
+
+
+def test_cobyqa_refuses_every_variable_fixed_as_scipy_does():
+    inputs, outputs, _ = _graph(("quartic", X0, A_VALUE, {"bounds": [(1, 1), (2, 2), (0, 0)]}))
+    with pytest.raises(ValueError, match="fixed"):
         pytensor.function(inputs, outputs, mode="JAX_GPU")(X0, A_VALUE)

@@ -14,10 +14,11 @@ budgets and the answer, COBYQA's best evaluated point (`cobyqa_problem`).
 ``init`` evaluates the start points and fits the first model; each optimistix
 step is one iteration of COBYQA's loop, its branches ``lax.cond``s. The verdict
 is scipy's ``status``: 0 once the resolution reaches ``final_tr_radius``, 1 once
-a value is at most ``f_target``, 2 with every variable fixed by its bounds, 5
-past ``maxfev`` evaluations, 6 after ``maxiter`` iterations (also, as scipy
-has it, out of evaluations before the first model), -1 with infeasible bounds,
--2 where a model's system is not finite (scipy's ``LinAlgError``).
+a value is at most ``f_target``, 5 past ``maxfev`` evaluations, 6 after
+``maxiter`` iterations (also, as scipy has it, out of evaluations before the
+first model), -1 with infeasible bounds (``x0`` evaluated once, the answer),
+-2 where a model's system is not finite (scipy's ``LinAlgError``). Every
+variable fixed by its bounds is scipy's ``ValueError``.
 
 The trial points are scipy's up to rounding: the eigendecomposition is
 ``jnp.linalg.eigh`` (LAPACK's ``syevd`` on CPU) where scipy calls ``dsyevr``, and
@@ -65,7 +66,7 @@ from gpubackend.dispatch.jax.scipy_status import status_verdict
 from gpubackend.scipy_options.settings import COBYQASettings
 
 RUNNING = -100
-RADIUS_SUCCESS, TARGET_SUCCESS, FIXED_SUCCESS = 0, 1, 2
+RADIUS_SUCCESS, TARGET_SUCCESS = 0, 1
 MAX_EVAL_WARNING, MAX_ITER_WARNING = 5, 6
 INFEASIBLE_ERROR, LINALG_ERROR = -1, -2
 """scipy's exit statuses (cobyqa.settings.ExitStatus)."""
@@ -281,11 +282,13 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
 
     def _problem(self, y) -> Problem:
         lower, upper = self.settings.bounds
-        return bounded_problem(lower, upper, y.size, self.settings.scale)
-
-    def _trivial(self, problem: Problem) -> bool:
-        """scipy's answer without iterations: infeasible bounds or every variable fixed."""
-        return not problem.feasible or problem.n == 0
+        problem = bounded_problem(lower, upper, y.size, self.settings.scale)
+        if problem.n == 0:
+            raise ValueError(
+                "minimize(method='COBYQA'): every variable is fixed by its bounds, which scipy's "
+                "COBYQA refuses (`lb` and `ub` must be non-empty)"
+            )
+        return problem
 
     def _evaluator(self, fn, y, args, problem: Problem, clips: bool = True):
         value_of = flat_objective(fn, y, args)
@@ -301,10 +304,9 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
         x0 = start(problem, jnp.ravel(y))
         maxfev, _ = budgets(self.settings, y.size)
         npt = 2 * n + 1
-        if self._trivial(problem):
-            # scipy evaluates x0 for its answer.
-            f = self._evaluator(fn, y, args, problem, problem.feasible)(x0)
-            verdict = FIXED_SUCCESS if problem.feasible else INFEASIBLE_ERROR
+        if not problem.feasible:
+            # scipy evaluates x0, unclipped, for its answer.
+            f = self._evaluator(fn, y, args, problem, clips=False)(x0)
             xpt = jnp.zeros((n, npt), dtype)
             system = build_system(xpt)
             return _CobyqaState(
@@ -323,7 +325,7 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
                 n_very_short_steps=jnp.array(0),
                 n_alt_models=jnp.array(0),
                 iterations=jnp.array(0),
-                status=jnp.array(verdict),
+                status=jnp.array(INFEASIBLE_ERROR),
             )
         evaluate = self._evaluator(fn, y, args, problem)
         rhobeg, _ = _radii(self.settings, problem)
@@ -375,7 +377,7 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
 
     def step(self, fn, y, args, options, state: _CobyqaState, tags):
         problem = self._problem(y)
-        if self._trivial(problem):
+        if not problem.feasible:
             return self._answer(y, problem, state)[0], state, None
         evaluate = self._evaluator(fn, y, args, problem)
         dtype = y.dtype
@@ -575,8 +577,8 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
 
     def _answer(self, y, problem: Problem, state: _CobyqaState):
         """``(x, f)``: COBYQA's best evaluated point, with the fixed variables."""
-        if self._trivial(problem):
-            x = full_x(problem, state.record.x, problem.feasible)
+        if not problem.feasible:
+            x = full_x(problem, state.record.x, clips=False)
         else:
             x = full_x(problem, jnp.clip(state.record.x, problem.lower, problem.upper))
         return x.reshape(y.shape), state.record.f
@@ -587,7 +589,7 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
         x, f = self._answer(y, problem, state)
         status = state.status
         succeeded = (
-            ((status == RADIUS_SUCCESS) | (status == TARGET_SUCCESS) | (status == FIXED_SUCCESS))
+            ((status == RADIUS_SUCCESS) | (status == TARGET_SUCCESS))
             & jnp.isfinite(f)
             & (0.0 <= self.settings.feasibility_tol)
         )
