@@ -209,3 +209,21 @@ def test_cobyqa_refuses_every_variable_fixed_as_scipy_does():
     inputs, outputs, _ = _graph(("quartic", X0, A_VALUE, {"bounds": [(1, 1), (2, 2), (0, 0)]}))
     with pytest.raises(ValueError, match="fixed"):
         pytensor.function(inputs, outputs, mode="JAX_GPU")(X0, A_VALUE)
+
+
+def test_a_float32_solve_stays_float32():
+    # Before: the scaled bounds' float64 constants promoted the trial points, which optimistix's
+    # closure-converted objective refused.
+    x, a = pt.vector("x", dtype="float32"), pt.vector("a", dtype="float32")
+    solution, success = minimize(
+        _quartic(x, a),
+        x,
+        method="COBYQA",
+        optimizer_kwargs={"tol": 1e-4, **CASES["scaled_bounds"][3]},
+    )
+    values = [X0.astype("float32"), A_VALUE.astype("float32")]
+    got = assert_matches_reference(
+        [x, a], [solution, success], values, "JAX_GPU", rtol=1e-3, atol=1e-3
+    )
+    assert np.asarray(got[0]).dtype == np.float32
+    assert bool(got[1])

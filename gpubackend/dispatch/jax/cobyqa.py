@@ -580,7 +580,9 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
         if not problem.feasible:
             x = full_x(problem, state.record.x, clips=False)
         else:
-            x = full_x(problem, jnp.clip(state.record.x, problem.lower, problem.upper))
+            lower = jnp.asarray(problem.lower, state.record.x.dtype)
+            upper = jnp.asarray(problem.upper, state.record.x.dtype)
+            x = full_x(problem, jnp.clip(state.record.x, lower, upper))
         return x.reshape(y.shape), state.record.f
 
     def outcome(self, y, state: _CobyqaState):

@@ -72,21 +72,30 @@ def bounded_problem(
     )
 
 
+def _typed(like: jax.Array, *arrays: np.ndarray) -> tuple[jax.Array, ...]:
+    """The problem's arrays in the dtype of ``like`` (a float32 ``x`` stays float32)."""
+    return tuple(jnp.asarray(array, like.dtype) for array in arrays)
+
+
 def start(problem: Problem, x0: jax.Array) -> jax.Array:
     """COBYQA's ``x0`` among the free variables: clipped into their bounds, scaled."""
     free = np.flatnonzero(problem.free)
     x = x0[free]
     if problem.clips_start:
-        x = jnp.minimum(jnp.maximum(x, problem.lower_full[free]), problem.upper_full[free])
-    return (x - problem.shift) / problem.factor
+        lower, upper = _typed(x0, problem.lower_full[free], problem.upper_full[free])
+        x = jnp.minimum(jnp.maximum(x, lower), upper)
+    shift, factor = _typed(x0, problem.shift, problem.factor)
+    return (x - shift) / factor
 
 
 def full_x(problem: Problem, y: jax.Array, clips: bool = True) -> jax.Array:
     """scipy's ``build_x``: the fixed variables back in, unscaled, clipped into the bounds."""
     free = np.flatnonzero(problem.free)
-    x = jnp.asarray(problem.fixed_values, y.dtype).at[free].set(y * problem.factor + problem.shift)
+    fixed_values, factor, shift = _typed(y, problem.fixed_values, problem.factor, problem.shift)
+    x = fixed_values.at[free].set(y * factor + shift)
     if clips:
-        return jnp.minimum(jnp.maximum(x, problem.lower_full), problem.upper_full)
+        lower, upper = _typed(y, problem.lower_full, problem.upper_full)
+        return jnp.minimum(jnp.maximum(x, lower), upper)
     return x
 
 
