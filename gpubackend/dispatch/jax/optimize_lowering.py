@@ -155,8 +155,8 @@ def _in_mesh_stand_in(solve: Callable, fn: Objective, choice: SolverChoice, x0, 
 # Minimisers with box bounds whose own steps trace inside a manual mesh but not optimistix's
 # loop around them (equinox's loop starts its "previous step ran" flag unvarying where their
 # verdict varies; optimistix's closure-converted objective refuses the tracers of SLSQP's
-# gradient and the mesh types of COBYLA's trial points): there a plain loop of their steps runs
-# them (`_stepped_in_mesh`), not `damped_newton`, which knows no bounds.
+# gradient and the mesh types of COBYLA's and COBYQA's trial points): there a plain loop of their
+# steps runs them (`_stepped_in_mesh`), not `damped_newton`, which knows no bounds.
 _STEPPED_IN_MESH = (
     ProjectedLBFGS,
     SLSQP,
