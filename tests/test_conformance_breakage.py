@@ -227,7 +227,9 @@ def test_a_numba_object_mode_fallback_is_reported_as_object_mode_not_pass():
     assert "BFGS" in result.detail
 
 
-def test_a_method_without_a_jax_lowering_is_reported_as_unsupported():
-    result = run_on(prepare(_minimize_case("COBYQA")), BACKENDS["jax"], JAX_DEVICE)
+def test_an_option_jax_refuses_is_reported_as_unsupported():
+    # JAX lowers every minimize method; it refuses Powell's `direc` by name (UnsupportedOption).
+    case = _minimize_case("Powell", options={"direc": np.eye(2)})
+    result = run_on(prepare(case), BACKENDS["jax"], JAX_DEVICE)
     assert result.status == UNSUPPORTED, result.detail
-    assert "COBYQA" in result.detail
+    assert "direc" in result.detail

@@ -51,6 +51,7 @@ DERIVATIVE_FREE_MINIMIZE = {
     "Nelder-Mead": {"tol": 1e-12, "options": {"maxfev": 5000}},
     "Powell": {"tol": 1e-12},
     "COBYLA": {"tol": 1e-10},
+    "COBYQA": {"tol": 1e-10},
 }
 
 
@@ -264,6 +265,12 @@ OTHER_SOLVERS = {
         ((y - a) ** 2).sum() + (y**4).sum(),
         y,
         method="COBYLA",
+        optimizer_kwargs={"tol": 1e-10, "bounds": [(None, 0.3), (None, None)]},
+    )[0].sum(),
+    "cobyqa": lambda y, a: minimize(
+        ((y - a) ** 2).sum() + (y**4).sum(),
+        y,
+        method="COBYQA",
         optimizer_kwargs={"tol": 1e-10, "bounds": [(None, 0.3), (None, None)]},
     )[0].sum(),
 }

@@ -231,6 +231,7 @@ OP_OPTIONS: dict[type, OpOptions] = {
                 s.COBYQASettings(),
                 ("final_tr_radius",),
                 refusal=s.cobyqa_refusal,
+                jax=JaxSupport(frozenset(s.COBYQASettings._fields)),
                 numba=NumbaSupport(),
             ),
             ScipyMethod(

@@ -72,24 +72,29 @@ class Problem(NamedTuple):
     bvec: np.ndarray
 
 
+def fixed_by_bounds(lb: np.ndarray, ub: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(fixed, values)``: the variables whose bounds meet within PRIMA's and COBYQA's
+    ``get_arrays_tol``, and the value of every variable there (the bounds' clipped midpoint)."""
+    eps = np.finfo(np.float64).eps
+    weight = max(np.max(np.abs(bound[np.isfinite(bound)]), initial=1.0) for bound in (lb, ub))
+    tol = 10.0 * eps * max(lb.size, 1.0) * weight
+    with np.errstate(invalid="ignore"):
+        fixed = (lb <= ub) & (np.abs(lb - ub) < tol)
+        return fixed, np.clip(0.5 * (lb + ub), lb, ub)
+
+
 def bounded_problem(lower: tuple[float, ...], upper: tuple[float, ...], n: int) -> Problem:
     """pyprima's ``minimize`` preprocessing of ``bounds``: fixed variables, then ``get_lincon``."""
     if len(lower) not in (1, n) or len(upper) != len(lower):
         raise ValueError("`bounds` must hold one (lower, upper) pair per element of x")
     lb = np.broadcast_to(np.asarray(lower, np.float64), (n,))
     ub = np.broadcast_to(np.asarray(upper, np.float64), (n,))
-    eps = np.finfo(np.float64).eps
-    weight = max(np.max(np.abs(bound[np.isfinite(bound)]), initial=1.0) for bound in (lb, ub))
-    tol = 10.0 * eps * max(n, 1.0) * weight
-    with np.errstate(invalid="ignore"):
-        fixed = (lb <= ub) & (np.abs(lb - ub) < tol)
+    fixed, fixed_values = fixed_by_bounds(lb, ub)
     if fixed.all():
         raise ValueError(
             "minimize(method='COBYLA'): every variable is fixed by its bounds, which scipy's "
             "COBYLA refuses (a zero-size array error)"
         )
-    with np.errstate(invalid="ignore"):
-        fixed_values = np.clip(0.5 * (lb + ub), lb, ub)
     free = ~fixed
     boundmax = np.finfo(np.float64).max / 4
     xl = np.maximum(np.nan_to_num(lb[free], nan=-boundmax), -boundmax)

@@ -34,6 +34,7 @@ from pytensor.tensor.optimize import (
 
 from gpubackend.dispatch.jax import damped_newton
 from gpubackend.dispatch.jax.cobyla import ScipyCOBYLA
+from gpubackend.dispatch.jax.cobyqa import ScipyCOBYQA
 from gpubackend.dispatch.jax.df_sane import SpectralResidual
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
 from gpubackend.dispatch.jax.implicit import (
@@ -154,9 +155,16 @@ def _in_mesh_stand_in(solve: Callable, fn: Objective, choice: SolverChoice, x0, 
 # Minimisers with box bounds whose own steps trace inside a manual mesh but not optimistix's
 # loop around them (equinox's loop starts its "previous step ran" flag unvarying where their
 # verdict varies; optimistix's closure-converted objective refuses the tracers of SLSQP's
-# gradient and the mesh types of COBYLA's trial points): there a plain loop of their steps runs
-# them (`_stepped_in_mesh`), not `damped_newton`, which knows no bounds.
-_STEPPED_IN_MESH = (ProjectedLBFGS, SLSQP, TNC, ScipyCOBYLA, TrustRegionInteriorPoint)
+# gradient and the mesh types of COBYLA's and COBYQA's trial points): there a plain loop of their
+# steps runs them (`_stepped_in_mesh`), not `damped_newton`, which knows no bounds.
+_STEPPED_IN_MESH = (
+    ProjectedLBFGS,
+    SLSQP,
+    TNC,
+    ScipyCOBYLA,
+    ScipyCOBYQA,
+    TrustRegionInteriorPoint,
+)
 
 
 def _stepped_in_mesh(choice: SolverChoice, fn: Objective, x0, args: tuple, options: dict | None):

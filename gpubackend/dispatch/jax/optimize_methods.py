@@ -37,6 +37,8 @@ from gpubackend.dispatch.jax.bisect import Bisect
 from gpubackend.dispatch.jax.brent_roots import BrentRoot, hyperbolic_step, inverse_quadratic_step
 from gpubackend.dispatch.jax.broyden import BroydenFirst, BroydenSecond
 from gpubackend.dispatch.jax.cobyla import ScipyCOBYLA
+from gpubackend.dispatch.jax.cobyqa import ScipyCOBYQA
+from gpubackend.dispatch.jax.cobyqa import budgets as cobyqa_budgets
 from gpubackend.dispatch.jax.df_sane import SpectralResidual
 from gpubackend.dispatch.jax.diagonal_jacobians import (
     DiagonalBroyden,
@@ -485,6 +487,17 @@ def _cobyla(settings: s.COBYLASettings, n: int, dtype: str) -> SolverChoice:
     return SolverChoice(solver, 10 * max(settings.maxiter, n + 2))
 
 
+def _cobyqa(settings: s.COBYQASettings, n: int, dtype: str) -> SolverChoice:
+    solver = ScipyCOBYQA(
+        settings=settings,
+        rtol=settings.final_tr_radius,
+        atol=settings.final_tr_radius,
+        norm=optx.max_norm,
+    )
+    # One step per iteration; the last may end the solve for maxiter.
+    return SolverChoice(solver, cobyqa_budgets(settings, n)[1] + 1)
+
+
 def _hybr(settings: s.HybrSettings, n: int, dtype: str) -> SolverChoice:
     maxfev = minpack_maxfev(settings.maxfev, n)
     rtol, atol = _floored(dtype, settings.xtol, settings.xtol)
@@ -609,6 +622,7 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (MinimizeOp, "nelder-mead"): _nelder_mead,
     (MinimizeOp, "powell"): _powell,
     (MinimizeOp, "cobyla"): _cobyla,
+    (MinimizeOp, "cobyqa"): _cobyqa,
     (RootOp, "hybr"): _hybr,
     (RootOp, "lm"): _lm,
     (RootOp, "broyden1"): _nonlin_solve(BroydenFirst),
