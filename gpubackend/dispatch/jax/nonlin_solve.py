@@ -165,6 +165,7 @@ def armijo_search(residual: Callable, x, fx, dx):
         found=jnp.array(False),
         finished=jnp.array(False),
     )
+    # Inside pmap/shard_map the carry must start as varying over the mesh as the trials make it.
     start = varying_leaves_like(start, (x, fx, dx))
     end = jax.lax.while_loop(lambda s: ~s.finished, trial_point, start)
     x_new = x + jnp.where(end.found, end.trial, 1.0) * dx
