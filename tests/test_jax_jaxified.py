@@ -308,3 +308,41 @@ def test_df_sane_solution_is_differentiated_by_jax_as_by_pytensor():
     np.testing.assert_allclose(np.array(jax.jit(jax.vmap(fn))(LOG_TAUS)).T, expected, rtol=1e-6)
     # Inside pmap the damped Newton stand-in solves it (`optimize_lowering`).
     np.testing.assert_allclose(np.array(pmapped(fn)(LOG_TAUS)).T, expected, rtol=1e-6)
+
+
+NONLIN_SOLVE = {
+    "krylov": ("krylov", {}),
+    "krylov-gmres": ("krylov", {"jac_options": {"method": "gmres"}}),
+    "broyden1": ("broyden1", {}),
+    "anderson": ("anderson", {}),
+}
+"""scipy's ``nonlin_solve`` methods: name -> (method, options)."""
+
+
+@pytest.mark.parametrize("name", list(NONLIN_SOLVE))
+def test_nonlin_solve_under_every_jax_transform(name):
+    # Before: root(method="krylov") was refused under JAX, and inside pmap and shard_map every
+    # nonlin_solve method stopped while tracing (equinox's closure conversion of the equations,
+    # unvarying loop carries): there they run as a plain loop of their own steps.
+    method, options = NONLIN_SOLVE[name]
+    y, a = pt.vector("y"), pt.scalar("a")
+    equations = pt.stack([y[0] + 0.5 * (y[0] - y[1]) ** 3 - a, 0.5 * (y[1] - y[0]) ** 3 + y[1]])
+    solution, success = root(
+        equations, y, method=method, optimizer_kwargs={"tol": 1e-10, "options": options}
+    )
+    output = (solution**2).sum()
+    start = np.array([0.5, 0.2])
+    reference = pytensor.function(
+        [y, a], [output, pt.grad(output, a), success], mode="FAST_COMPILE"
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Method .* does not use the jacobian")
+        want = np.array([reference(start, t) for t in LOG_TAUS]).T
+    graph_fn = jaxified([y, a], [output, success])
+    value_and_grad = jax.value_and_grad(lambda a_value: graph_fn(start, a_value)[0])
+    for transform_name, transform in TRANSFORMS.items():
+        got_value, got_grad = transform(value_and_grad)(LOG_TAUS)
+        np.testing.assert_allclose(got_value, want[0], rtol=1e-9, err_msg=transform_name)
+        np.testing.assert_allclose(got_grad, want[1], rtol=1e-7, err_msg=transform_name)
+        got_success = transform(lambda a_value: graph_fn(start, a_value)[1])(LOG_TAUS)
+        np.testing.assert_array_equal(got_success, want[2].astype(bool), err_msg=transform_name)

@@ -198,11 +198,3 @@ def test_unhonoured_jac_options_are_refused_by_name(name):
         resolve(solution.owner.op)
     with pytest.warns(ObjectModeFallbackWarning, match=named):
         pytensor.function([x], solution, mode="NUMBA")
-
-
-def test_jax_refuses_krylov_by_name():
-    """No JAX lowering yet: refused when the function compiles, naming the method."""
-    x = pt.vector("x")
-    solution, _ = root(x**3 - 1.0, x, method="krylov")
-    with pytest.raises(NotImplementedError, match="'krylov'"):
-        pytensor.function([x], solution, mode="JAX_GPU")

@@ -132,7 +132,6 @@ _NONLIN_JACOBIANS: dict[str, s.NONLIN_JACOBIAN_OPTIONS] = {
     "excitingmixing": s.ExcitingMixingJacobianOptions(),
     "krylov": s.KrylovJacobianOptions(),
 }
-_NOT_ON_JAX_YET = frozenset({"krylov"})
 _NONLIN_SOLVE = tuple(
     ScipyMethod(
         name,
@@ -140,7 +139,7 @@ _NONLIN_SOLVE = tuple(
         ("xtol",),
         tol_clears=("xatol", "ftol", "fatol"),
         choices=s.NONLIN_CHOICES,
-        jax=None if name in _NOT_ON_JAX_YET else JaxSupport(frozenset(s.NonlinSettings._fields)),
+        jax=JaxSupport(frozenset(s.NonlinSettings._fields)),
         numba=_NATIVE,
     )
     for name, jacobian in _NONLIN_JACOBIANS.items()

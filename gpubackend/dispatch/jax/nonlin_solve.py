@@ -14,7 +14,11 @@ tolerances, as scipy's loop ends before checking it), after ``nit`` iterations
 solver (`gpubackend.solvers.nonlin_solve`) is the same iteration.
 
 A Jacobian approximation is an `InverseJacobian`; one module holds each family
-(`gpubackend.dispatch.jax.broyden`, ...).
+(`gpubackend.dispatch.jax.broyden`, ...). One that evaluates the equations
+itself (scipy's ``KrylovJacobian``, by finite differences:
+`gpubackend.dispatch.jax.krylov`) is a `MatrixFreeInverseJacobian`, whose
+``inverse_times`` is handed them, as the Numba driver's
+``make_matrix_free_nonlin_solver`` hands its approximation the residual.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optimistix as optx
+
+from gpubackend.dispatch.jax.implicit import varying_leaves_like
 
 RUNNING, CONVERGED, FAILED = 0, 1, 2
 """A solve's status, carried in its state."""
@@ -67,6 +73,20 @@ class InverseJacobian(eqx.Module):
 
     def inverse_times(self, state, f, tol) -> tuple[Any, jax.Array]:
         """``(state, J^-1 f)``; ``tol`` is the inner solve's relative tolerance."""
+        raise NotImplementedError
+
+    def update(self, state, x, f, x_previous, f_previous) -> Any:
+        raise NotImplementedError
+
+
+class MatrixFreeInverseJacobian(eqx.Module):
+    """A Jacobian approximation that evaluates the equations: `InverseJacobian`'s interface, with
+    the equations handed to ``inverse_times`` as ``residual(x) -> F(x)`` on flat vectors."""
+
+    def init(self, x, f) -> Any:
+        raise NotImplementedError
+
+    def inverse_times(self, state, f, tol, residual: Callable) -> tuple[Any, jax.Array]:
         raise NotImplementedError
 
     def update(self, state, x, f, x_previous, f_previous) -> Any:
@@ -145,6 +165,8 @@ def armijo_search(residual: Callable, x, fx, dx):
         found=jnp.array(False),
         finished=jnp.array(False),
     )
+    # Inside pmap/shard_map the carry must start as varying over the mesh as the trials make it.
+    start = varying_leaves_like(start, (x, fx, dx))
     end = jax.lax.while_loop(lambda s: ~s.finished, trial_point, start)
     x_new = x + jnp.where(end.found, end.trial, 1.0) * dx
     f_new = jax.lax.cond(end.found, lambda: end.f_trial, lambda: residual(x_new))
@@ -169,7 +191,7 @@ class NonlinSolve(optx.AbstractRootFinder):
     ``nit + 1`` or ``100 (n + 1)`` where not given); ``nit`` < 0 is scipy's ``None``."""
 
     # mypy reads a default into optimistix's abstract fields: these have none, as in optimistix.
-    jacobian: InverseJacobian  # type: ignore[misc]
+    jacobian: InverseJacobian | MatrixFreeInverseJacobian  # type: ignore[misc]
     maxiter: int = eqx.field(static=True)  # type: ignore[misc]
     nit: int = eqx.field(static=True)  # type: ignore[misc]
     line_search: bool = eqx.field(static=True)  # type: ignore[misc]
@@ -222,7 +244,12 @@ class NonlinSolve(optx.AbstractRootFinder):
             return jnp.ravel(fn(jnp.reshape(point, y.shape), args)[0])
 
         tol = jnp.minimum(state.eta, state.eta * state.f_norm)
-        jacobian, inverse_f = self.jacobian.inverse_times(state.jacobian, state.f, tol)
+        if isinstance(self.jacobian, MatrixFreeInverseJacobian):
+            jacobian, inverse_f = self.jacobian.inverse_times(
+                state.jacobian, state.f, tol, residual
+            )
+        else:
+            jacobian, inverse_f = self.jacobian.inverse_times(state.jacobian, state.f, tol)
         dx = -inverse_f
         if self.line_search:
             x_new, f_new = armijo_search(residual, x, state.f, dx)

@@ -51,6 +51,7 @@ from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquard
 from gpubackend.dispatch.jax.lowering_context import lowering_context
 from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
 from gpubackend.dispatch.jax.newton_cg import GRADIENT_OPTION, ScipyNewtonCG
+from gpubackend.dispatch.jax.nonlin_solve import NonlinSolve
 from gpubackend.dispatch.jax.nonlinear_cg import ScipyCG
 from gpubackend.dispatch.jax.optimize_methods import (
     ScipyIterations,
@@ -156,7 +157,8 @@ def _in_mesh_stand_in(solve: Callable, fn: Objective, choice: SolverChoice, x0, 
 # loop around them (equinox's loop starts its "previous step ran" flag unvarying where their
 # verdict varies; optimistix's closure-converted objective refuses the tracers of SLSQP's
 # gradient and the mesh types of COBYLA's and COBYQA's trial points): there a plain loop of their
-# steps runs them (`_stepped_in_mesh`), not `damped_newton`, which knows no bounds.
+# steps runs them (`_stepped_in_mesh`), not `damped_newton`, which knows no bounds. scipy's
+# ``nonlin_solve`` family (broyden1, krylov, ...) runs there the same way, on its own iteration.
 _STEPPED_IN_MESH = (
     ProjectedLBFGS,
     SLSQP,
@@ -164,16 +166,17 @@ _STEPPED_IN_MESH = (
     ScipyCOBYLA,
     ScipyCOBYQA,
     TrustRegionInteriorPoint,
+    NonlinSolve,
 )
 
 
 def _stepped_in_mesh(choice: SolverChoice, fn: Objective, x0, args: tuple, options: dict | None):
-    """``(solution, success)``: ``choice``'s minimiser stepped by a `jax.lax.while_loop` whose
+    """``(solution, success)``: ``choice``'s solver stepped by a `jax.lax.while_loop` whose
     carry starts as varying over the mesh as its steps make it, for at most its ``max_steps``."""
     solver, tags = choice.solver, frozenset[object]()
 
     def fn_with_aux(y, args):
-        # optimistix's calling convention inside a minimiser: the value and its (no) aux.
+        # optimistix's calling convention inside a solver: the value and its (no) aux.
         return fn(y, args), None
 
     state = solver.init(fn_with_aux, x0, args, options, None, None, tags)

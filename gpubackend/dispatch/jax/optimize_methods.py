@@ -46,6 +46,7 @@ from gpubackend.dispatch.jax.diagonal_jacobians import (
     LinearMixing,
 )
 from gpubackend.dispatch.jax.hybrid_powell import HybridPowell
+from gpubackend.dispatch.jax.krylov import krylov_jacobian
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
 from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
 from gpubackend.dispatch.jax.newton_cg import ScipyNewtonCG
@@ -53,7 +54,11 @@ from gpubackend.dispatch.jax.noise_aware_search import (
     ROUNDING_ULPS,
     NoiseAwareBFGS,
 )
-from gpubackend.dispatch.jax.nonlin_solve import InverseJacobian, NonlinSolve
+from gpubackend.dispatch.jax.nonlin_solve import (
+    InverseJacobian,
+    MatrixFreeInverseJacobian,
+    NonlinSolve,
+)
 from gpubackend.dispatch.jax.nonlinear_cg import ScipyCG
 from gpubackend.dispatch.jax.powell import ScipyPowell
 from gpubackend.dispatch.jax.projected_lbfgs import ProjectedLBFGS
@@ -520,7 +525,9 @@ def _lm(settings: s.LMSettings, n: int, dtype: str) -> SolverChoice:
     return SolverChoice(solver, maxfev)
 
 
-def _nonlin_solve(jacobian: Callable[..., InverseJacobian]) -> SolverBuilder:
+def _nonlin_solve(
+    jacobian: Callable[..., InverseJacobian | MatrixFreeInverseJacobian],
+) -> SolverBuilder:
     """scipy's ``nonlin_solve`` with the Jacobian approximation ``jacobian(**jac_options)``."""
 
     def build(settings: s.NonlinSettings, n: int, dtype: str) -> SolverChoice:
@@ -631,6 +638,7 @@ JAX_SOLVERS: dict[tuple[type, str], SolverBuilder] = {
     (RootOp, "diagbroyden"): _nonlin_solve(DiagonalBroyden),
     (RootOp, "linearmixing"): _nonlin_solve(LinearMixing),
     (RootOp, "excitingmixing"): _nonlin_solve(ExcitingMixing),
+    (RootOp, "krylov"): _nonlin_solve(krylov_jacobian),
     (RootOp, "df-sane"): _df_sane,
     (MinimizeScalarOp, "brent"): _bracketed(ScipyBrent),
     (MinimizeScalarOp, "golden"): _bracketed(ScipyGolden),
