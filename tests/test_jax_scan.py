@@ -14,8 +14,11 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.compile.builders import OpFromGraph
 from pytensor.conditional.op import ifelse
+from pytensor.graph.traversal import applys_between
 from pytensor.raise_op import CheckAndRaise
+from pytensor.scan.op import Scan
 from pytensor.scan.utils import until
+from pytensor.tensor.optimize import root
 
 from gpubackend import DataDependentLengthError
 from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference
@@ -149,6 +152,23 @@ def test_lengths_from_input_shapes_follow_each_new_shape(mode):
         assert_matches_reference(
             [x], [powers, taps, pt.grad(taps.sum() + powers.sum(), x)], values, mode
         )
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_body_split_at_sizes_from_input_shapes(mode):
+    # Before: PyTensor's lowering passes the sizes, known while tracing, through the loop's
+    # carry, where they became tracers and jnp.split failed (ConcretizationTypeError). A
+    # Jacobian by scan of a concatenation splits so; root's Jacobian of concatenated equations is
+    # one.
+    x, a = pt.vector("x"), pt.scalar("a")
+    joined = pt.concatenate([x[:1] ** 3, 2.0 * x[1:]])
+    equations = pt.concatenate([x[:1] ** 3 + x[1:] - a, x[1:] - x[:1]])
+    solution, success = root(equations, x, method="hybr")
+    jacobian = pytensor.gradient.jacobian(joined, x, vectorize=False)
+    assert any(isinstance(node.op, Scan) for node in applys_between([x], [jacobian]))
+    for size in (3, 5):
+        assert_matches_reference([x], [jacobian], [np.linspace(0.5, 1.5, size)], mode)
+    assert_matches_reference([x, a], [solution, success], [np.array([0.5, 0.5]), 2.0], mode)
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)

@@ -294,7 +294,7 @@ def test_blockwise_linalg() -> None:
     compare_drawn("Blockwise (linalg)", blockwise_graphs(), 24)
 
 
-# --- Reshape and ARange ---------------------------------------------------------------------------
+# --- Reshape, ARange and Split --------------------------------------------------------------------
 
 LENGTHS: dict[str, Callable] = {
     "constant": lambda x, n, s: pt.constant(3, dtype="int64"),
@@ -309,8 +309,13 @@ LENGTHS: dict[str, Callable] = {
 def length_graphs(draw: st.DrawFn):
     x, n, s = pt.vector("x"), pt.scalar("n", dtype="int64"), pt.scalar("s")
     length = LENGTHS[draw(st.sampled_from(sorted(LENGTHS)))](x, n, s)
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["arange", "reshape", "split"]))
+    if kind == "arange":
         out = pt.arange(length) * 2
+    elif kind == "split":
+        size = length if length.type.dtype.startswith("int") else pt.cast(length, "int64")
+        head, tail = pt.split(x, pt.stack([size, x.shape[0] - size]), n_splits=2)
+        out = head.sum() * tail
     else:
         rows = length if length.type.dtype.startswith("int") else pt.cast(length, "int64")
         out = (
@@ -321,8 +326,8 @@ def length_graphs(draw: st.DrawFn):
     return DrawnGraph([x, n, s], [out], [np.linspace(0, 1, 6), np.asarray(3), np.asarray(3.0)])
 
 
-def test_reshape_and_arange() -> None:
-    compare_drawn("Reshape/ARange", length_graphs(), 24)
+def test_reshape_arange_and_split() -> None:
+    compare_drawn("Reshape/ARange/Split", length_graphs(), 24)
 
 
 # --- CheckAndRaise --------------------------------------------------------------------------------

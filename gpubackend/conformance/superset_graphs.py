@@ -5,8 +5,8 @@ lowering gpubackend replaces, in the forms models build them: constant and
 shared inputs, length-1 (broadcastable) batch dimensions, Blockwise over
 (advanced) indexing with batched integer and boolean indices
 (``vectorize_graph`` of a core graph, as pymc-extras' marginalised models
-do), lengths from the data (``x.shape[0]`` arithmetic) for Reshape and
-ARange, IncSubtensor/AdvancedIncSubtensor (set and inc; scalar, slice and
+do), lengths from the data (``x.shape[0]`` arithmetic) for Reshape,
+ARange and Split, IncSubtensor/AdvancedIncSubtensor (set and inc; scalar, slice and
 integer-array indices), IfElse, CheckAndRaise, OpFromGraph and for-Scans
 (`gpubackend.conformance.strategies`). Some graphs fail under stock JAX too:
 the differential then checks that ours fails the same way or gives
@@ -362,7 +362,8 @@ def indexing_graphs(draw: st.DrawFn) -> SupersetGraph:
 
 @st.composite
 def length_graphs(draw: st.DrawFn) -> SupersetGraph:
-    """``arange`` and ``reshape`` with lengths from constants, inputs and the data's shape."""
+    """``arange``, ``reshape`` and ``split`` with lengths from constants, inputs and the data's
+    shape."""
     rng = _seeded(draw)
     builder = _Builder()
     size = draw(st.sampled_from([4, 6]))
@@ -375,7 +376,8 @@ def length_graphs(draw: st.DrawFn) -> SupersetGraph:
         "integer input": lambda: builder.add(n, np.asarray(3)) if n not in builder.inputs else n,
         "float input": lambda: pt.cast(builder.source("input", "s", np.asarray(2.0), ()), "int64"),
     }
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["arange", "reshape", "split"]))
+    if kind == "arange":
         stop = bounds[stop_kind := draw(st.sampled_from(sorted(bounds)))]()
         start_kind = draw(st.sampled_from(["none", "constant", "shape arithmetic"]))
         start = {"none": 0, "constant": 1, "shape arithmetic": x.shape[0] // 4}[start_kind]
@@ -383,6 +385,12 @@ def length_graphs(draw: st.DrawFn) -> SupersetGraph:
         dtype = draw(st.sampled_from(["int64", FLOAT]))
         out = pt.arange(start, stop, step, dtype=dtype) * x[0]
         description = f"arange(start {start_kind}, stop {stop_kind}, step {step}, {dtype})"
+    elif kind == "split":
+        head_kind = draw(st.sampled_from(sorted(bounds)))
+        head = pt.minimum(bounds[head_kind](), x.shape[0])
+        first, second = pt.split(x, pt.stack([head, x.shape[0] - head]), n_splits=2)
+        out = first.sum() * second
+        description = f"split(head {head_kind})"
     else:
         rows_kind = draw(st.sampled_from(sorted(bounds)))
         rows = bounds[rows_kind]()

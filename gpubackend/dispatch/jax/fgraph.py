@@ -56,6 +56,7 @@ from gpubackend.dispatch.jax.index_checks import (
     checkified_indexing,
     index_checked_nodes,
 )
+from gpubackend.dispatch.jax.known_inputs import with_known_inputs
 from gpubackend.dispatch.jax.lowering_context import CONTEXT_KEYWORD, lowering_context
 from gpubackend.dispatch.jax.replacements import replaces
 from gpubackend.dispatch.jax.tracing import is_traced
@@ -180,6 +181,7 @@ def lowered_graph(fgraph, fgraph_name: str, **kwargs: Any) -> LoweredGraph:
             fgraph_name=fgraph_name,
             **kwargs,
         )
+        graph_fn = with_known_inputs(graph_fn, fgraph)
         return LoweredGraph(_with_graph_dtypes(graph_fn, fgraph.outputs, squeezed))
 
     def default_fn(node: Apply) -> Callable:

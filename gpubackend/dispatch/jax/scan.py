@@ -9,6 +9,11 @@ alone knows what follows the trace; met on its own, it is refused.
 
 A for-Scan whose lengths are all known goes to PyTensor's lowering, with the
 lengths handed over as Python ints so its trace-time comparisons stay concrete.
+Its non-sequences known while tracing (shape arithmetic: the split sizes of a
+concatenation's gradient, say) stay known in the body (`known_inputs`):
+PyTensor's lowering passes them through the loop's carry, where JAX makes them
+tracers, and ``jnp.split`` or a reshape in the body failed on values that were
+known.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import numpy as np
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.index_checks import sequence_ranges
+from gpubackend.dispatch.jax.known_inputs import known_inputs
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.dispatch.jax.while_scan.loop import possibly_trimmed_traces, scan_loop
@@ -28,6 +34,12 @@ from gpubackend.errors import DataDependentLengthError
 
 def _host_int(value):
     return value if is_traced(value) else int(np.asarray(value))
+
+
+def _is_shape_value(value) -> bool:
+    """A concrete integer or boolean scalar or vector: shape arithmetic, small enough to be a
+    constant of the body."""
+    return not is_traced(value) and np.ndim(value) <= 1 and np.asarray(value).dtype.kind in "iub"
 
 
 @replaces(Scan)
@@ -55,8 +67,15 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
         outer_inputs = list(given_inputs)
         for position in length_positions:
             outer_inputs[position] = _host_int(outer_inputs[position])
+        non_seqs = op.outer_non_seqs(outer_inputs)
+        first_non_seq = len(op.fgraph.inputs) - len(non_seqs)
+        known = {
+            first_non_seq + position: value
+            for position, value in enumerate(non_seqs)
+            if _is_shape_value(value)
+        }
         # Index checks in the body read the ranges of sequences known while tracing.
-        with sequence_ranges(op, op.outer_seqs(outer_inputs)):
+        with sequence_ranges(op, op.outer_seqs(outer_inputs)), known_inputs(op.fgraph, known):
             return for_scan(*outer_inputs)
 
     return for_scan_with_host_lengths

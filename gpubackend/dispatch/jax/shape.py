@@ -1,4 +1,4 @@
-"""JAX lowerings of ARange and Reshape that also accept a length known only at trace time.
+"""JAX lowerings of ARange, Reshape and Split that also accept a length known only at trace time.
 
 The stock lowerings refuse, at compile time, any bound or shape that is not
 literally a constant or read from an array's shape. With `fgraph`
@@ -7,7 +7,9 @@ the call is traced (``arange(x.shape[0] // 2)``), so for those nodes the check
 moves to trace time: a concrete value is used, and one that is really traced
 raises the stock lowering's own ``NotImplementedError``, at the first call
 instead of at compile time. Every node the stock lowering accepts is lowered by
-it.
+it. Split's stock lowering accepts any sizes but splits at a traced cumulative
+sum, which ``jnp.split`` refuses: sizes concrete while tracing are summed on the
+host instead, with the stock lowering's checks.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from pytensor.link.jax.dispatch.shape import SHAPE_NOT_COMPATIBLE
 from pytensor.link.jax.dispatch.tensor_basic import ARANGE_CONCRETE_VALUE_ERROR
-from pytensor.tensor.basic import ARange
+from pytensor.tensor.basic import ARange, Split, get_scalar_constant_value, get_vector_length
+from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.shape import Reshape
 
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
@@ -68,3 +71,38 @@ def jax_funcify_Reshape(op: Reshape, node=None, **kwargs) -> Callable:
         )
 
     return reshape
+
+
+def _constant_sizes(node) -> bool:
+    """Whether ``node``'s split sizes are graph constants, which the stock lowering splits at."""
+    sizes = node.inputs[1]
+    try:
+        for i in range(get_vector_length(sizes)):
+            get_scalar_constant_value(sizes[i])
+    except (ValueError, NotScalarConstantError):
+        return False
+    return True
+
+
+@replaces(Split)
+def jax_funcify_Split(op: Split, node=None, **kwargs) -> Callable:
+    if node is None or _constant_sizes(node):
+        return stock_lowering(Split)(op, node=node, **kwargs)
+    axis = op.axis
+
+    def split(x, sizes):
+        if len(sizes) != op.len_splits:
+            raise ValueError("Length of splits is not equal to n_splits")
+        if is_traced(sizes):
+            # The stock lowering's split, and its error.
+            return jnp.split(x, jnp.cumsum(sizes[:-1]), axis=axis)
+        sizes = np.asarray(sizes)
+        if (sizes < 0).any():
+            raise ValueError("Split sizes cannot be negative")
+        if sizes.sum() != x.shape[axis]:
+            raise ValueError(
+                f"Split sizes do not sum up to input length along axis: {x.shape[axis]}"
+            )
+        return jnp.split(x, np.cumsum(sizes[:-1]), axis=axis)
+
+    return split
