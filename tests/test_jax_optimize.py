@@ -654,6 +654,20 @@ def test_float32_solves_terminate_at_float32_precision():
     assert all(compile_checked([y, c, x, a], [root_success, success], values, "JAX_GPU"))
 
 
+@pytest.mark.parametrize("method", ["hybr", "lm", "broyden1", "krylov"])
+def test_a_float32_root_of_equations_that_upcast_solves_in_float32(method):
+    # Before: the float64 equations widened the float32 iterate, and optimistix failed on the
+    # objective it had traced ("Closure-converted function called with different dynamic
+    # arguments"; hybr: "cond branches must have equal output types").
+    x, a = pt.vector("x", dtype="float32"), pt.scalar("a", dtype="float32")
+    equations = x**3 + x - a + pt.zeros(1)
+    assert equations.dtype == "float64"
+    solution, success = root(equations, x, method=method)
+    values = [np.array([0.5, 0.3], "float32"), np.float32(2.0)]
+    got = assert_matches_reference([x, a], [solution, success], values, "JAX_GPU", rtol=1e-5)
+    assert np.asarray(got[0]).dtype == np.float32
+
+
 def test_scalar_methods_that_take_no_start_ignore_a_nan_start():
     # scipy's bracketing root methods and minimize_scalar take no x0. Before: NaN, success False.
     y = pt.scalar("y")

@@ -274,6 +274,25 @@ def _own_derivatives(op: ScipyWrapperOp, outputs: Outputs) -> dict | None:
     return options
 
 
+def _in_dtype_of_x(fn: Callable) -> Callable:
+    """``fn(y, args)``'s values (one, or a list) in ``y``'s dtype.
+
+    A root finder steps ``y`` by the equations' values (and their Jacobian's), so equations
+    wider than ``x`` (a float32 ``x`` whose equations upcast to float64) widened the iterate
+    past the signature the objective was traced with, and optimistix failed on it. scipy
+    solves such a system at its own precision and returns ``x``'s dtype; here the whole
+    solve stays in ``x``'s dtype.
+    """
+
+    def in_dtype_of_x(y, args):
+        values = fn(y, args)
+        if isinstance(values, list | tuple):
+            return [jnp.asarray(value, y.dtype) for value in values]
+        return jnp.asarray(values, y.dtype)
+
+    return in_dtype_of_x
+
+
 def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable, minimises: bool) -> Callable:
     """Lower a vector minimize/root op: ``solve`` is ``optx.minimise`` or ``optx.root_find``."""
     dtype = _dtype(op)
@@ -281,6 +300,8 @@ def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable, minimises: 
         op, dtype
     )  # refuses unsupported methods and options at compile time
     objective, check_indices_at, outputs = _objective(op, kwargs)
+    if not minimises:
+        objective, outputs = _in_dtype_of_x(objective), _in_dtype_of_x(outputs)
     condition = _stationary(objective) if minimises else objective
     options = _own_derivatives(op, outputs)
 
