@@ -20,6 +20,31 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gpubackend.scipy_options.cobyqa_constants import (
+    DECREASE_RADIUS_FACTOR,
+    DECREASE_RADIUS_THRESHOLD,
+    DECREASE_RESOLUTION_FACTOR,
+    HIGH_RATIO,
+    INCREASE_RADIUS_FACTOR,
+    INCREASE_RADIUS_THRESHOLD,
+    INFEASIBLE_ERROR,
+    LARGE_GRADIENT_FACTOR,
+    LARGE_RESOLUTION_THRESHOLD,
+    LARGE_SHIFT_FACTOR,
+    LINALG_ERROR,
+    LOW_RADIUS_FACTOR,
+    LOW_RATIO,
+    MAX_EVAL_WARNING,
+    MAX_ITER_WARNING,
+    MODERATE_RESOLUTION_THRESHOLD,
+    PER_VARIABLE_EVALUATIONS,
+    PER_VARIABLE_ITERATIONS,
+    RADIUS_SUCCESS,
+    RESOLUTION_FACTOR,
+    SHORT_STEP_THRESHOLD,
+    TARGET_SUCCESS,
+    VERY_LOW_RATIO,
+)
 from gpubackend.solvers.box_bounds import box_bounds
 from gpubackend.solvers.cobyqa_geometry import cauchy_geometry, spider_geometry
 from gpubackend.solvers.cobyqa_model import (
@@ -42,40 +67,11 @@ from gpubackend.solvers.cobyqa_tangential import TINY, tangential_step
 from gpubackend.solvers.ieee import ieee_njit
 from gpubackend.solvers.numpy_products import dot, norm
 
-# scipy's exit statuses (cobyqa.settings.ExitStatus).
-RADIUS_SUCCESS = 0
-TARGET_SUCCESS = 1
-MAX_EVAL_WARNING = 5
-MAX_ITER_WARNING = 6
-INFEASIBLE_ERROR = -1
-LINALG_ERROR = -2
-
-# COBYQA's default constants (cobyqa.settings.DEFAULT_CONSTANTS).
-_DECREASE_RADIUS_FACTOR = 0.5
-_INCREASE_RADIUS_FACTOR = np.sqrt(2.0)
-_INCREASE_RADIUS_THRESHOLD = 2.0
-_DECREASE_RADIUS_THRESHOLD = 1.4
-_DECREASE_RESOLUTION_FACTOR = 0.1
-_LARGE_RESOLUTION_THRESHOLD = 250.0
-_MODERATE_RESOLUTION_THRESHOLD = 16.0
-_LOW_RATIO = 0.1
-_HIGH_RATIO = 0.7
-_VERY_LOW_RATIO = 0.01
-_SHORT_STEP_THRESHOLD = 0.5
-_LOW_RADIUS_FACTOR = 0.1
-_LARGE_SHIFT_FACTOR = 10.0
-_LARGE_GRADIENT_FACTOR = 10.0
-_RESOLUTION_FACTOR = 2.0
-
-_PER_VARIABLE_EVALUATIONS = 500
-_PER_VARIABLE_ITERATIONS = 1000
-"""scipy's default ``maxfev`` and ``maxiter``: ``500 * len(x0)`` and ``1000 * len(x0)``."""
-
 
 @ieee_njit
 def _radius_floor(radius, resolution):
     """COBYQA's radius setter: a radius within 1.4 resolutions is the resolution."""
-    if radius <= _DECREASE_RADIUS_THRESHOLD * resolution:
+    if radius <= DECREASE_RADIUS_THRESHOLD * resolution:
         return resolution
     return radius
 
@@ -139,7 +135,7 @@ def _index_to_remove(system, x_base, xpt, best, x_new, has_new, radius, resoluti
     ok = True
     if has_new:
         sigma, ok = determinants(system, x_base, xpt, x_new, -1)
-        scale = max(_LOW_RADIUS_FACTOR * radius, resolution) ** 2.0
+        scale = max(LOW_RADIUS_FACTOR * radius, resolution) ** 2.0
         for k in range(npt):
             weights[k] = max(1.0, dist_sq[k] / scale) ** 3.0 * abs(sigma[k])
         weights[best] = -1.0 * abs(sigma[best])
@@ -178,10 +174,10 @@ def _geometry_step(system, x_base, xpt, best, k_new, xl, xu, radius):
 def _resolve_budgets(settings, n_orig):
     maxfev = settings.maxfev
     if maxfev < 0:
-        maxfev = _PER_VARIABLE_EVALUATIONS * n_orig
+        maxfev = PER_VARIABLE_EVALUATIONS * n_orig
     maxiter = settings.maxiter
     if maxiter < 0:
-        maxiter = _PER_VARIABLE_ITERATIONS * n_orig
+        maxiter = PER_VARIABLE_ITERATIONS * n_orig
     return maxfev, maxiter
 
 
@@ -200,14 +196,14 @@ def _replace_point(system, x_base, xpt, model, fun_val, k_new, x_new, f):
 @ieee_njit
 def _updated_radius(radius, resolution, s_norm, ratio):
     """COBYQA's ``update_radius``."""
-    if ratio <= _LOW_RATIO:
-        return _radius_floor(_DECREASE_RADIUS_FACTOR * radius, resolution)
-    if ratio <= _HIGH_RATIO:
-        return _radius_floor(max(_DECREASE_RADIUS_FACTOR * radius, s_norm), resolution)
+    if ratio <= LOW_RATIO:
+        return _radius_floor(DECREASE_RADIUS_FACTOR * radius, resolution)
+    if ratio <= HIGH_RATIO:
+        return _radius_floor(max(DECREASE_RADIUS_FACTOR * radius, s_norm), resolution)
     return _radius_floor(
         min(
-            _INCREASE_RADIUS_FACTOR * radius,
-            max(_DECREASE_RADIUS_FACTOR * radius, _INCREASE_RADIUS_THRESHOLD * s_norm),
+            INCREASE_RADIUS_FACTOR * radius,
+            max(DECREASE_RADIUS_FACTOR * radius, INCREASE_RADIUS_THRESHOLD * s_norm),
         ),
         resolution,
     )
@@ -272,7 +268,7 @@ def make_cobyqa_minimize(fun: Callable) -> Callable:
                 return MAX_ITER_WARNING, False, nit
             nit += 1
             new_x_base = x_base + xpt[:, best]
-            if norm(new_x_base - x_base) >= _LARGE_SHIFT_FACTOR * radius:
+            if norm(new_x_base - x_base) >= LARGE_SHIFT_FACTOR * radius:
                 shift_model(x_base, xpt, model, new_x_base)
                 moved = new_x_base - x_base
                 x_base += moved
@@ -290,8 +286,8 @@ def make_cobyqa_minimize(fun: Callable) -> Callable:
                 np.sqrt(radius**2.0),
             )
             s_norm = norm(step)
-            if s_norm <= _SHORT_STEP_THRESHOLD * resolution:
-                radius = _radius_floor(radius * _DECREASE_RESOLUTION_FACTOR, resolution)
+            if s_norm <= SHORT_STEP_THRESHOLD * resolution:
+                radius = _radius_floor(radius * DECREASE_RESOLUTION_FACTOR, resolution)
                 if radius_save > resolution:
                     n_short_steps = 0
                     n_very_short_steps = 0
@@ -309,7 +305,7 @@ def make_cobyqa_minimize(fun: Callable) -> Callable:
                     k_new, dist_new, ok = _index_to_remove(
                         system, x_base, xpt, best, x_best, False, radius, resolution
                     )
-                    improve_geometry = dist_new > max(radius, _RESOLUTION_FACTOR * resolution)
+                    improve_geometry = dist_new > max(radius, RESOLUTION_FACTOR * resolution)
             else:
                 if record[2] >= maxfev:
                     return MAX_EVAL_WARNING, False, nit
@@ -340,7 +336,7 @@ def make_cobyqa_minimize(fun: Callable) -> Callable:
                 best = _best_index(fun_val, best)
                 radius = _updated_radius(radius, resolution, s_norm, ratio)
                 if radius <= resolution:
-                    if ratio >= _VERY_LOW_RATIO:
+                    if ratio >= VERY_LOW_RATIO:
                         n_alt_models = 0
                     else:
                         n_alt_models += 1
@@ -355,7 +351,7 @@ def make_cobyqa_minimize(fun: Callable) -> Callable:
                             (alt_const, alt_grad, alt_i_hess, np.zeros((n, n))),
                             x_best,
                         )
-                        if norm(grad_best) < _LARGE_GRADIENT_FACTOR * norm(grad_alt):
+                        if norm(grad_best) < LARGE_GRADIENT_FACTOR * norm(grad_alt):
                             n_alt_models = 0
                         if n_alt_models >= 3:
                             const[:] = alt_const
@@ -368,21 +364,21 @@ def make_cobyqa_minimize(fun: Callable) -> Callable:
                     system, x_base, xpt, best, x_best, False, radius, resolution
                 )
                 improve_geometry = ill_conditioned or (
-                    ratio <= _LOW_RATIO and dist_new > max(radius, _RESOLUTION_FACTOR * resolution)
+                    ratio <= LOW_RATIO and dist_new > max(radius, RESOLUTION_FACTOR * resolution)
                 )
                 enhance_resolution = (
-                    radius_save <= resolution and ratio <= _LOW_RATIO and not improve_geometry
+                    radius_save <= resolution and ratio <= LOW_RATIO and not improve_geometry
                 )
             if enhance_resolution:
                 if resolution <= rhoend:
                     return RADIUS_SUCCESS, True, nit
-                if _LARGE_RESOLUTION_THRESHOLD * rhoend < resolution:
-                    resolution *= _DECREASE_RESOLUTION_FACTOR
-                elif _MODERATE_RESOLUTION_THRESHOLD * rhoend < resolution:
+                if LARGE_RESOLUTION_THRESHOLD * rhoend < resolution:
+                    resolution *= DECREASE_RESOLUTION_FACTOR
+                elif MODERATE_RESOLUTION_THRESHOLD * rhoend < resolution:
                     resolution = np.sqrt(resolution * rhoend)
                 else:
                     resolution = rhoend
-                radius = max(_DECREASE_RADIUS_FACTOR * radius, resolution)
+                radius = max(DECREASE_RADIUS_FACTOR * radius, resolution)
             if improve_geometry:
                 step, ok = _geometry_step(system, x_base, xpt, best, k_new, xl, xu, radius)
                 if not ok:

@@ -63,40 +63,40 @@ from gpubackend.dispatch.jax.cobyqa_problem import (
 from gpubackend.dispatch.jax.cobyqa_tangential import tangential_step, tiny
 from gpubackend.dispatch.jax.nelder_mead import flat_objective
 from gpubackend.dispatch.jax.scipy_status import status_verdict
+from gpubackend.scipy_options.cobyqa_constants import (
+    DECREASE_RADIUS_FACTOR,
+    DECREASE_RADIUS_THRESHOLD,
+    DECREASE_RESOLUTION_FACTOR,
+    HIGH_RATIO,
+    INCREASE_RADIUS_FACTOR,
+    INCREASE_RADIUS_THRESHOLD,
+    INFEASIBLE_ERROR,
+    LARGE_GRADIENT_FACTOR,
+    LARGE_RESOLUTION_THRESHOLD,
+    LARGE_SHIFT_FACTOR,
+    LINALG_ERROR,
+    LOW_RADIUS_FACTOR,
+    LOW_RATIO,
+    MAX_EVAL_WARNING,
+    MAX_ITER_WARNING,
+    MODERATE_RESOLUTION_THRESHOLD,
+    PER_VARIABLE_EVALUATIONS,
+    PER_VARIABLE_ITERATIONS,
+    RADIUS_SUCCESS,
+    RESOLUTION_FACTOR,
+    SHORT_STEP_THRESHOLD,
+    TARGET_SUCCESS,
+    VERY_LOW_RATIO,
+)
 from gpubackend.scipy_options.settings import COBYQASettings
 
 RUNNING = -100
-RADIUS_SUCCESS, TARGET_SUCCESS = 0, 1
-MAX_EVAL_WARNING, MAX_ITER_WARNING = 5, 6
-INFEASIBLE_ERROR, LINALG_ERROR = -1, -2
-"""scipy's exit statuses (cobyqa.settings.ExitStatus)."""
-
-# COBYQA's default constants (cobyqa.settings.DEFAULT_CONSTANTS).
-_DECREASE_RADIUS_FACTOR = 0.5
-_INCREASE_RADIUS_FACTOR = float(np.sqrt(2.0))
-_INCREASE_RADIUS_THRESHOLD = 2.0
-_DECREASE_RADIUS_THRESHOLD = 1.4
-_DECREASE_RESOLUTION_FACTOR = 0.1
-_LARGE_RESOLUTION_THRESHOLD = 250.0
-_MODERATE_RESOLUTION_THRESHOLD = 16.0
-_LOW_RATIO = 0.1
-_HIGH_RATIO = 0.7
-_VERY_LOW_RATIO = 0.01
-_SHORT_STEP_THRESHOLD = 0.5
-_LOW_RADIUS_FACTOR = 0.1
-_LARGE_SHIFT_FACTOR = 10.0
-_LARGE_GRADIENT_FACTOR = 10.0
-_RESOLUTION_FACTOR = 2.0
-
-_PER_VARIABLE_EVALUATIONS = 500
-_PER_VARIABLE_ITERATIONS = 1000
-"""scipy's default ``maxfev`` and ``maxiter``: ``500 * len(x0)`` and ``1000 * len(x0)``."""
 
 
 def budgets(settings: COBYQASettings, n: int) -> tuple[int, int]:
     """``(maxfev, maxiter)`` for ``n`` variables (all of them, fixed ones too, as scipy)."""
-    maxfev = settings.maxfev if settings.maxfev >= 0 else _PER_VARIABLE_EVALUATIONS * n
-    maxiter = settings.maxiter if settings.maxiter >= 0 else _PER_VARIABLE_ITERATIONS * n
+    maxfev = settings.maxfev if settings.maxfev >= 0 else PER_VARIABLE_EVALUATIONS * n
+    maxiter = settings.maxiter if settings.maxiter >= 0 else PER_VARIABLE_ITERATIONS * n
     return maxfev, maxiter
 
 
@@ -111,22 +111,22 @@ def _radii(settings: COBYQASettings, problem: Problem) -> tuple[float, float]:
 
 def _radius_floor(radius, resolution):
     """COBYQA's radius setter: a radius within 1.4 resolutions is the resolution."""
-    return jnp.where(radius <= _DECREASE_RADIUS_THRESHOLD * resolution, resolution, radius)
+    return jnp.where(radius <= DECREASE_RADIUS_THRESHOLD * resolution, resolution, radius)
 
 
 def _updated_radius(radius, resolution, s_norm, ratio):
     """COBYQA's ``update_radius``."""
     return _radius_floor(
         jnp.where(
-            ratio <= _LOW_RATIO,
-            _DECREASE_RADIUS_FACTOR * radius,
+            ratio <= LOW_RATIO,
+            DECREASE_RADIUS_FACTOR * radius,
             jnp.where(
-                ratio <= _HIGH_RATIO,
-                jnp.maximum(_DECREASE_RADIUS_FACTOR * radius, s_norm),
+                ratio <= HIGH_RATIO,
+                jnp.maximum(DECREASE_RADIUS_FACTOR * radius, s_norm),
                 jnp.minimum(
-                    _INCREASE_RADIUS_FACTOR * radius,
+                    INCREASE_RADIUS_FACTOR * radius,
                     jnp.maximum(
-                        _DECREASE_RADIUS_FACTOR * radius, _INCREASE_RADIUS_THRESHOLD * s_norm
+                        DECREASE_RADIUS_FACTOR * radius, INCREASE_RADIUS_THRESHOLD * s_norm
                     ),
                 ),
             ),
@@ -200,7 +200,7 @@ def _index_to_remove(interp: Interpolation, x_new, radius, resolution):
     ok = jnp.array(True)
     if x_new is not None:
         sigma, ok = determinants(interp.system, interp.x_base, xpt, x_new)
-        scale = jnp.maximum(_LOW_RADIUS_FACTOR * radius, resolution) ** 2
+        scale = jnp.maximum(LOW_RADIUS_FACTOR * radius, resolution) ** 2
         weights = jnp.maximum(1.0, dist_sq / scale) ** 3 * jnp.abs(sigma)
         weights = weights.at[interp.best].set(-1.0 * jnp.abs(sigma[interp.best]))
     k = jnp.argmax(weights)
@@ -398,7 +398,7 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
                 interp.x_base + moved, xpt, build_system(xpt), model, interp.fun_val, interp.best
             )
 
-        shifts = jnp.linalg.norm(new_x_base - interp.x_base) >= _LARGE_SHIFT_FACTOR * state.radius
+        shifts = jnp.linalg.norm(new_x_base - interp.x_base) >= LARGE_SHIFT_FACTOR * state.radius
         interp = jax.lax.cond(shifts, shifted, lambda interp: interp, interp)
         state = eqx.tree_at(lambda s: s.interp, state, interp)
         radius_save = state.radius
@@ -416,7 +416,7 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
         s_norm = jnp.linalg.norm(step)
 
         def short_step(state: _CobyqaState) -> _Move:
-            radius = _radius_floor(state.radius * _DECREASE_RESOLUTION_FACTOR, resolution)
+            radius = _radius_floor(state.radius * DECREASE_RESOLUTION_FACTOR, resolution)
             restarts = radius_save > resolution
             n_short = jnp.where(restarts, 0, state.n_short_steps + 1)
             n_very_short = jnp.where(
@@ -424,7 +424,7 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
             )
             enhance = (n_short >= 5) | (n_very_short >= 3)
             k_new, dist_new, _ = _index_to_remove(state.interp, None, radius, resolution)
-            improve = ~enhance & (dist_new > jnp.maximum(radius, _RESOLUTION_FACTOR * resolution))
+            improve = ~enhance & (dist_new > jnp.maximum(radius, RESOLUTION_FACTOR * resolution))
             state = eqx.tree_at(
                 lambda s: (s.radius, s.n_short_steps, s.n_very_short_steps),
                 state,
@@ -451,7 +451,7 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
             # COBYQA's alternative model: after three poor steps at the resolution whose model
             # gradient was small against the alternative's, the least-Frobenius-norm model.
             at_resolution = radius <= resolution
-            poor = ~(ratio >= _VERY_LOW_RATIO)
+            poor = ~(ratio >= VERY_LOW_RATIO)
             x_best_new = interp.x_best()
             grad_new = gradient(interp.x_base, interp.xpt, interp.model, x_best_new)
             alternative, _, ok_alt = fit(interp.system, interp.xpt, interp.fun_val)
@@ -459,7 +459,7 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
             counts = (
                 at_resolution
                 & poor
-                & ~(jnp.linalg.norm(grad_new) < _LARGE_GRADIENT_FACTOR * jnp.linalg.norm(grad_alt))
+                & ~(jnp.linalg.norm(grad_new) < LARGE_GRADIENT_FACTOR * jnp.linalg.norm(grad_alt))
             )
             n_alt = jnp.where(
                 counts, state.n_alt_models + 1, jnp.where(at_resolution, 0, state.n_alt_models)
@@ -473,10 +473,10 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
             n_alt = jnp.where(switches, 0, n_alt)
             k_new, dist_new, _ = _index_to_remove(interp, None, radius, resolution)
             improve = ill_conditioned | (
-                (ratio <= _LOW_RATIO)
-                & (dist_new > jnp.maximum(radius, _RESOLUTION_FACTOR * resolution))
+                (ratio <= LOW_RATIO)
+                & (dist_new > jnp.maximum(radius, RESOLUTION_FACTOR * resolution))
             )
-            enhance = (radius_save <= resolution) & (ratio <= _LOW_RATIO) & ~improve
+            enhance = (radius_save <= resolution) & (ratio <= LOW_RATIO) & ~improve
             failed = ~ok_index | ~ok_update | (at_resolution & poor & ~ok_alt)
             status = jnp.where(
                 self._target_met(f),
@@ -506,7 +506,7 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
             )
 
         move = jax.lax.cond(
-            s_norm <= _SHORT_STEP_THRESHOLD * resolution, short_step, long_step, state
+            s_norm <= SHORT_STEP_THRESHOLD * resolution, short_step, long_step, state
         )
         state = move.state
         running = state.status == RUNNING
@@ -516,10 +516,10 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
         ends = enhances & (state.resolution <= rhoend)
         resolution = state.resolution
         new_resolution = jnp.where(
-            _LARGE_RESOLUTION_THRESHOLD * rhoend < resolution,
-            resolution * _DECREASE_RESOLUTION_FACTOR,
+            LARGE_RESOLUTION_THRESHOLD * rhoend < resolution,
+            resolution * DECREASE_RESOLUTION_FACTOR,
             jnp.where(
-                _MODERATE_RESOLUTION_THRESHOLD * rhoend < resolution,
+                MODERATE_RESOLUTION_THRESHOLD * rhoend < resolution,
                 jnp.sqrt(resolution * rhoend),
                 rhoend,
             ),
@@ -532,7 +532,7 @@ class ScipyCOBYQA(optx.AbstractMinimiser):
                 jnp.where(lowers, new_resolution, resolution),
                 jnp.where(
                     lowers,
-                    jnp.maximum(_DECREASE_RADIUS_FACTOR * state.radius, new_resolution),
+                    jnp.maximum(DECREASE_RADIUS_FACTOR * state.radius, new_resolution),
                     state.radius,
                 ),
                 jnp.where(ends, RADIUS_SUCCESS, state.status),

@@ -62,13 +62,13 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
     for_scan = stock_lowering(Scan)(op, node=node, **kwargs)
     nit_sot_end = op.info.n_outer_inputs - op.info.n_non_seqs
     length_positions = (0, *range(nit_sot_end - op.info.n_nit_sot, nit_sot_end))
+    first_non_seq = len(op.fgraph.inputs) - op.info.n_non_seqs
 
     def for_scan_with_host_lengths(*given_inputs):
         outer_inputs = list(given_inputs)
         for position in length_positions:
             outer_inputs[position] = _host_int(outer_inputs[position])
         non_seqs = op.outer_non_seqs(outer_inputs)
-        first_non_seq = len(op.fgraph.inputs) - len(non_seqs)
         known = {
             first_non_seq + position: value
             for position, value in enumerate(non_seqs)

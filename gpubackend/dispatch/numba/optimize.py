@@ -99,7 +99,7 @@ from gpubackend.solvers.trust_region_minimize import (
 # Bump when a solver's numerics change, so stale on-disk cache entries are not reused.
 # The key also names the modules the compiled code lives in: a cached entry
 # re-imports them by name, so one from before a move would fail to load.
-SOLVER_CACHE_VERSION = 68
+SOLVER_CACHE_VERSION = 69
 
 
 # (op type, native solver) -> (the solver's evaluations, solver factory). The
