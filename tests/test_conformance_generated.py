@@ -25,6 +25,7 @@ from gpubackend.conformance.differential import (
 from gpubackend.conformance.optimize_differential import (
     FAILING,
     REFERENCE_OFF,
+    REFERENCE_UNSTABLE,
     SUCCESS_DIFFERS,
     TOLERANCE_FACTOR,
     OptimizeObservation,
@@ -34,6 +35,7 @@ from gpubackend.conformance.optimize_differential import (
     check_in_process,
     classify,
     observe_optimize_reference,
+    perturbed_reference_outputs,
 )
 from gpubackend.conformance.optimize_graphs import (
     OptimizeSpec,
@@ -194,11 +196,14 @@ def test_optimize_report_counts_refusals_and_fallbacks_per_method(optimize_runs,
     assert f"## {columns[1]}" in markdown and "| root_scalar:brentq |" in markdown
 
 
-def _with_values(observation: OptimizeObservation, x=None, success=None) -> OptimizeObservation:
+def _with_values(
+    observation: OptimizeObservation, x=None, success=None, gradient=None
+) -> OptimizeObservation:
     assert observation.outcome is not None and observation.outcome.values is not None
     values = list(observation.outcome.values)
     values[0] = values[0] if x is None else np.asarray(x, dtype=values[0].dtype)
     values[1] = values[1] if success is None else np.asarray(success)
+    values[2:] = values[2:] if gradient is None else [np.asarray(gradient, dtype=values[2].dtype)]
     return dataclasses.replace(observation, outcome=Outcome.returned(values))
 
 
@@ -226,6 +231,34 @@ def test_an_injected_mismatch_is_detected_and_checked_against_the_tight_solution
     assert classify(refused_spec, refused_reference, wrong_type).status == WRONG_ERROR
     refusal = Outcome.raised(UnsupportedMethod("no such solver"), "compile")
     assert classify(spec, reference, dataclasses.replace(mode, outcome=refusal)).status == REFUSED
+
+
+ROUNDING_SENSITIVE = OptimizeSpec(
+    kind="root", method="krylov", size=3, seed=0, variant="free", tol=1e-05, budget=None
+)
+"""optimize_22 of the differential: scipy's Newton-Krylov stops on its step test alone
+(``tol`` is its ``xtol``), and the directions of its first two steps are nearly parallel, so at
+the fourth step lgmres solves a least-squares system of condition ~1e8 built from finite
+differences."""
+
+
+def test_what_scipy_gives_from_a_start_moved_by_rounding_is_unstable_not_wrong() -> None:
+    reference = observe_optimize_reference(ROUNDING_SENSITIVE)
+    tight = solve_tightly(ROUNDING_SENSITIVE)
+    assert np.allclose(reference.outcome.values[0], tight.x, rtol=1e-8)
+    # From some moved starts scipy ends with success far from the root (5 of 64 moved ones, up
+    # to 9e-3 off); one of those is what the mode returns.
+    far = next(
+        outputs
+        for outputs in perturbed_reference_outputs(ROUNDING_SENSITIVE)
+        if outputs[1] and not np.allclose(outputs[0], tight.x, rtol=1e-4)
+    )
+    mode = _with_values(reference, x=far[0], gradient=far[2])
+    unstable = classify(ROUNDING_SENSITIVE, reference, mode)
+    assert unstable.status == REFERENCE_UNSTABLE and "moved by" in unstable.detail
+    # Further off than scipy gets from any moved start: the mode's fault.
+    wrong = _with_values(reference, x=tight.x + 0.5, gradient=far[2])
+    assert classify(ROUNDING_SENSITIVE, reference, wrong).status == SILENT_WRONG
 
 
 def test_command_line_prints_the_refusal_and_fallback_counts(tmp_path, capsys) -> None:

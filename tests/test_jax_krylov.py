@@ -27,8 +27,10 @@ import scipy.optimize
 from pytensor.tensor.optimize import root
 
 from gpubackend import ObjectModeFallbackWarning, UnsupportedOption
-from gpubackend.conformance.optimize_graphs import OptimizeSpec, build_optimize
+from gpubackend.conformance.optimize_differential import REFERENCE_UNSTABLE, check_in_process
+from gpubackend.conformance.results import PASS
 from gpubackend.dispatch.jax.optimize_methods import solver_choice
+from tests.test_conformance_generated import BACKEND_DEVICES, ROUNDING_SENSITIVE
 from tests.test_krylov import REFUSED, _pair_terms, _triple_terms
 
 A_VALUE = 1.0
@@ -177,23 +179,10 @@ def test_an_inner_cycle_without_products_is_a_clear_error(name):
         pytensor.function([x], solution, mode="JAX_GPU")(np.ones(2))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug, not yet found: on the generated graph optimize_22 (the optimize "
-    "differential) JAX's krylov stops with success 2e-3 from the root, where |F| is 8.7e-4 of "
-    "|F(x0)|: tol=1e-5 is scipy's xtol (a step relative to x) there, so its last step must have "
-    "fallen under it; scipy and NUMBA go on to |F| 1e-9 of |F(x0)|",
-)
-def test_generated_graph_22_converges_where_scipy_does():
-    graph = build_optimize(
-        OptimizeSpec(
-            kind="root", method="krylov", size=3, seed=0, variant="free", tol=1e-05, budget=None
-        )
-    )
-    np.testing.assert_allclose(
-        np.asarray(
-            pytensor.function(graph.inputs, graph.outputs[0], mode="JAX_GPU")(*graph.values)
-        ),
-        pytensor.function(graph.inputs, graph.outputs[0], mode="FAST_COMPILE")(*graph.values),
-        rtol=1e-4,
-    )
+def test_generated_graph_22_ends_where_scipy_itself_may():
+    """On optimize_22 scipy's own iteration hangs on rounding (its outcome from starts moved by
+    rounding spreads to 9e-3 off the root, `tests.test_conformance_generated`); what JAX
+    returns there is one of those outcomes, or the reference's."""
+    result, _ = check_in_process(ROUNDING_SENSITIVE, [("jax", BACKEND_DEVICES["jax"])])
+    (verdict,) = result.verdicts.values()
+    assert verdict.status in (PASS, REFERENCE_UNSTABLE), verdict

@@ -31,6 +31,7 @@ BASENAME = "optimize_differential"
 LEGEND = (
     "off (reference-off): differs from scipy, but within the tolerance of the problem solved "
     "tightly or no further from it than scipy (scipy is the one off); "
+    "unstable (reference-unstable): what scipy itself gives from a start moved by rounding; "
     "refused: NotImplementedError (UnsupportedMethod, UnsupportedOption); "
     "fallback: NUMBA ran scipy in object mode (ObjectModeFallbackWarning), its values still "
     "judged; the failures: SD success-differs, SW silent-wrong (another value, or a value where "
@@ -41,6 +42,7 @@ COLUMNS = (*STATUSES, FALLBACK)
 SHORT = {
     "pass": "pass",
     "reference-off": "off",
+    "reference-unstable": "unstable",
     "refused": "refused",
     "n/a": "n/a",
     "success-differs": "SD",
