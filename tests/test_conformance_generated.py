@@ -237,9 +237,9 @@ ROUNDING_SENSITIVE = OptimizeSpec(
     kind="root", method="krylov", size=3, seed=0, variant="free", tol=1e-05, budget=None
 )
 """optimize_22 of the differential: scipy's Newton-Krylov stops on its step test alone
-(``tol`` is its ``xtol``), and the directions of its first two steps are nearly parallel, so at
-the fourth step lgmres solves a least-squares system of condition ~1e8 built from finite
-differences."""
+(``tol`` is its ``xtol``), and the directions of its first two steps are antiparallel, so at
+the fourth step lgmres's least-squares system rests on a pivot of 4e-8: the size of the rounding
+in its finite-difference products (numpy's and XLA's equations give products 3.5e-8 apart)."""
 
 
 def test_what_scipy_gives_from_a_start_moved_by_rounding_is_unstable_not_wrong() -> None:
