@@ -28,6 +28,7 @@ from pytensor.tensor.optimize import root
 
 from gpubackend import ObjectModeFallbackWarning, UnsupportedOption
 from gpubackend.conformance.optimize_differential import REFERENCE_UNSTABLE, check_in_process
+from gpubackend.conformance.optimize_graphs import OptimizeSpec
 from gpubackend.conformance.results import PASS
 from gpubackend.dispatch.jax.optimize_methods import solver_choice
 from tests.test_conformance_generated import BACKEND_DEVICES, ROUNDING_SENSITIVE
@@ -179,10 +180,18 @@ def test_an_inner_cycle_without_products_is_a_clear_error(name):
         pytensor.function([x], solution, mode="JAX_GPU")(np.ones(2))
 
 
-def test_generated_graph_22_ends_where_scipy_itself_may():
-    """On optimize_22 scipy's own iteration hangs on rounding (its outcome from starts moved by
-    rounding spreads to 9e-3 off the root, `tests.test_conformance_generated`); what JAX
-    returns there is one of those outcomes, or the reference's."""
-    result, _ = check_in_process(ROUNDING_SENSITIVE, [("jax", BACKEND_DEVICES["jax"])])
+ROUNDING_SENSITIVE_TOO = OptimizeSpec(
+    kind="root", method="krylov", size=4, seed=51, variant="free", tol=1e-3, budget=None
+)
+"""A 4-variable root where scipy's first two directions are antiparallel too: from the start
+itself scipy converges, JAX (on CPU) ends with success 3.8e-2 off, and scipy from 9 of 512
+moved starts at least as far."""
+
+
+@pytest.mark.parametrize("spec", [ROUNDING_SENSITIVE, ROUNDING_SENSITIVE_TOO], ids=["n3", "n4"])
+def test_where_scipy_itself_hangs_on_rounding_jax_ends_where_scipy_may(spec):
+    """What JAX returns on these graphs of the differential is one of the outcomes scipy reaches
+    from starts moved by rounding (`tests.test_conformance_generated`), or the reference's."""
+    result, _ = check_in_process(spec, [("jax", BACKEND_DEVICES["jax"])])
     (verdict,) = result.verdicts.values()
     assert verdict.status in (PASS, REFERENCE_UNSTABLE), verdict
