@@ -191,6 +191,7 @@ def main(argv: list[str]) -> int:
         return 0
     from gpubackend.conformance.catalogue import CATALOGUE
     from gpubackend.conformance.runner import run_and_report
+    from gpubackend.conformance.worker import INTERRUPTED_STATUS
 
     devices = ["cpu", *(f"{d.platform}:{d.id}" for d in visible_devices())]
     cases = list(CATALOGUE.values()) if args.full else [CATALOGUE[name] for name in QUICK_CASES]
@@ -206,6 +207,8 @@ def main(argv: list[str]) -> int:
     except ReportsNotWrittenError as error:
         console.print(f"[red]{escape(str(error))}[/red]")
         return 1
+    if status == INTERRUPTED_STATUS:
+        return status  # the reports and the summary say what finished
     if not args.full:
         console.print(
             f"Conformance ran the quick subset: {len(cases)} "

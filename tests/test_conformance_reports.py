@@ -175,3 +175,44 @@ def test_cli_names_a_missing_device_instead_of_failing_every_case(tmp_path, caps
     assert exit_info.value.code == 2
     assert "cpu:7" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+# --- Interrupted runs (Ctrl-C; the run itself: tests/test_interrupt.py) ---------------------------
+
+
+def test_an_interrupted_report_says_so_in_every_format_and_round_trips(report, tmp_path):
+    report.interrupted, report.planned = True, 10
+    paths = write_reports(report, tmp_path)
+    loaded = load_report(paths["json"])
+    assert loaded.interrupted and loaded.planned == 10
+    assert loaded.to_json() == report.to_json()
+    assert loaded.to_json()["summary"]["interrupted"] is True
+    banner = "Interrupted: 4 of 10 case results finished"
+    assert f"**{banner}**" in paths["md"].read_text()
+    assert f"<p class='interrupted'>{banner}" in paths["html"].read_text()
+    error = ET.parse(paths["xml"]).getroot().find(".//error[@type='interrupted']")
+    assert error is not None and error.get("message") == banner
+
+
+def test_a_report_that_records_no_interruption_is_a_complete_run(report, tmp_path):
+    data = report.to_json()
+    del data["interrupted"], data["planned"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    loaded = load_report(tmp_path / "old.json")
+    assert not loaded.interrupted and loaded.expected == len(report.results)
+
+
+def test_a_merge_with_an_interrupted_report_is_interrupted_and_no_pass(tmp_path, capsys):
+    complete = Report({"label": "cpu"}, [_result("a_case", PASS, runner="cpu")])
+    stopped = Report(
+        {"label": "gpu"}, [_result("a_case", PASS, runner="gpu")], interrupted=True, planned=3
+    )
+    paths = []
+    for name, each in [("complete", complete), ("stopped", stopped)]:
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(each.to_json()))
+    merged = tmp_path / "merged"
+    assert main(["merge", *map(str, paths), "--out", str(merged)]) == 1
+    loaded = load_report(merged / "conformance.json")
+    assert loaded.interrupted and loaded.planned == 4 and len(loaded.results) == 2
+    assert "Interrupted: 2 of 4 case results finished" in capsys.readouterr().err

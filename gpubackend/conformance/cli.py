@@ -28,6 +28,7 @@ from gpubackend.conformance.reports import (
 )
 from gpubackend.conformance.runner import run_and_report
 from gpubackend.conformance.stock_superset import run_stock_superset_and_report
+from gpubackend.conformance.worker import INTERRUPTED_STATUS
 from gpubackend.errors import DeviceNotFoundError
 
 
@@ -152,7 +153,8 @@ def _merge(argv: list[str], console: Console) -> int:
     args = _merge_parser().parse_args(argv)
     report = merge_reports(args.reports)
     write_and_summarise(report, args.out, console, junit=False)
-    return 1 if report.failed else 0
+    # An interrupted runner's report is incomplete: the merge of it is no pass.
+    return 1 if report.failed or report.interrupted else 0
 
 
 def _check_run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -205,6 +207,8 @@ def _run(argv: list[str], console: Console) -> int:
             generated=args.generated,
             progress=not args.no_progress,
         )
+        if status == INTERRUPTED_STATUS:
+            return status  # the catalogue's reports say so; the rest of the run is not started
     if args.generated_while:
         report = run_differential_and_report(
             args.generated_while,
@@ -244,9 +248,9 @@ def _run(argv: list[str], console: Console) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """Run or merge; 1 when a case fails or the reports could not be written (the message names
-    the file the results were saved to instead), else 0. Usage errors exit with status 2 before
-    anything runs."""
+    """Run or merge; 1 when a case fails, a merged report is interrupted or the reports could not
+    be written (the message names the file the results were saved to instead), 130 when Ctrl-C
+    stopped the run, else 0. Usage errors exit with status 2 before anything runs."""
     console = Console(stderr=True, soft_wrap=True)
     try:
         if argv[:1] == ["merge"]:
@@ -255,6 +259,11 @@ def main(argv: list[str]) -> int:
     except ReportsNotWrittenError as error:
         console.print(f"[red]conformance: {escape(str(error))}[/red]")
         return 1
+    except KeyboardInterrupt as interrupt:
+        # A catalogue run stopped by Ctrl-C returns with its reports; this is any other part.
+        reason = str(interrupt) or "no report written for the part that was running"
+        console.print(f"[bold red]Interrupted: {escape(reason)}[/bold red]")
+        return INTERRUPTED_STATUS
 
 
 if __name__ == "__main__":

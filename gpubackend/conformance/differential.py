@@ -70,7 +70,7 @@ from gpubackend.conformance.while_scan_graphs import (
     upstream_hint,
     while_graph,
 )
-from gpubackend.conformance.worker import describe_exit, run_in_workers
+from gpubackend.conformance.worker import describe_exit, interruptible, run_in_workers
 from gpubackend.errors import DataDependentLengthError
 
 PASS = "pass"
@@ -644,23 +644,33 @@ gives."""
 
 def run_streams(specs: Sequence, streams: Sequence[Stream], progress: bool) -> dict[str, list]:
     """Every stream over every spec, in chunks of worker processes side by side: per stream, one
-    observation per spec."""
+    observation per spec.
+
+    Ctrl-C ends the workers within seconds (`interruptible`) and raises
+    KeyboardInterrupt: a verdict needs every observation of its spec, and the
+    differential reports write no partial run.
+    """
     # NUMBA compiles for seconds where JAX traces in milliseconds: its chunks start first.
     tasks = [(stream, start, chunk) for stream in streams for start, chunk in _chunks(specs, CHUNK)]
     tasks.sort(key=lambda task: not task[0][0].startswith("numba"))
     seen: dict[str, list] = {name: [None] * len(specs) for name, _, _ in streams}
-    with progress_display(progress, len(specs) * len(streams)) as advance:
+    with (
+        interruptible() as workers,
+        progress_display(progress, len(specs) * len(streams)) as advance,
+    ):
 
         def run_task(stream: Stream, start: int, chunk: Sequence) -> None:
             name, observe, on_crash = stream
             observations = run_in_workers(
-                chunk, observe, on_crash, lambda observation: advance(name)
+                chunk, observe, on_crash, lambda observation: advance(name), workers
             )
             seen[name][start : start + len(observations)] = observations
 
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             for future in [pool.submit(run_task, *task) for task in tasks]:
                 future.result()
+    if any(None in observations for observations in seen.values()):
+        raise KeyboardInterrupt("the differential writes no report of a partial run")
     return seen
 
 

@@ -83,6 +83,13 @@ def print_summary(report: Report, paths: dict[str, Path], console: Console) -> N
             if result.log_tail:
                 console.print(escape(_indented(result.log_tail)), highlight=False)
     console.print("reports: " + ", ".join(str(path) for path in paths.values()))
+    if report.interrupted:
+        # Their folder; the one file the results were saved to when the reports could not be.
+        where = paths["json"].parent if len(paths) > 1 else paths["json"]
+        console.print(
+            f"[bold red]{escape(report.interruption())}; reports written to "
+            f"{escape(str(where))} (marked interrupted)[/bold red]"
+        )
 
 
 def load_report(path: str | Path) -> Report:
@@ -139,9 +146,13 @@ def write_or_save(
 
 def merge_reports(reports: Sequence[Report]) -> Report:
     """One matrix from several runners; each runner's columns keep its label (``runnerN`` when it
-    had none)."""
+    had none). Interrupted when any of them is."""
     environment = {"merged_from": [report.environment for report in reports]}
-    merged = Report(environment)
+    merged = Report(
+        environment,
+        interrupted=any(report.interrupted for report in reports),
+        planned=sum(report.expected for report in reports),
+    )
     for index, report in enumerate(reports, start=1):
         for result in report.results:
             merged.results.append(
@@ -161,8 +172,15 @@ def _indented(text: str) -> str:
 
 def to_junit(report: Report) -> ET.Element:
     """One testsuite per column, one testcase per case; fail -> <failure>, crash -> <error>,
-    unsupported/object-mode -> <skipped>."""
+    unsupported/object-mode -> <skipped>. An interrupted run adds a testsuite ``interrupted``
+    whose one testcase is an <error>: what reads JUnit sees no pass in an incomplete run."""
     suites = ET.Element("testsuites", name="gpubackend conformance")
+    if report.interrupted:
+        suite = ET.SubElement(
+            suites, "testsuite", name="interrupted", tests="1", failures="0", errors="1"
+        )
+        case = ET.SubElement(suite, "testcase", classname="conformance", name="run complete")
+        ET.SubElement(case, "error", message=report.interruption(), type="interrupted")
     for column in report.columns():
         results = [result for result in report.results if result.column == column]
         suite = ET.SubElement(
@@ -224,6 +242,8 @@ def _counts_text(counts: dict[str, int]) -> str:
 def to_markdown(report: Report) -> str:
     cases, columns, cells = _matrix(report)
     lines = ["# gpubackend conformance", ""]
+    if report.interrupted:
+        lines += [f"> **{report.interruption()}**: this report is incomplete, not a pass.", ""]
     lines += [f"- {line}" for line in environment_lines(report.environment)]
     lines += ["", f"Summary: {report.summary_line()}", ""]
     lines.append("| case | " + " | ".join(columns) + " |")
@@ -279,6 +299,7 @@ th { background: #f3f3f3; }
 td.pass { background: #dff5df; } td.fail { background: #f8d4d4; }
 td.unsupported { background: #eeeeee; color: #555; } td.object-mode { background: #fff3c4; }
 td.crash { background: #f0b0b0; } pre.log { font-size: 0.8em; max-width: 40em; overflow-x: auto; }
+p.interrupted { background: #f0b0b0; border: 2px solid #c00; padding: 0.5em; font-weight: bold; }
 .detail { font-size: 0.8em; color: #333; max-width: 28em; }
 details summary { cursor: pointer; }
 """
@@ -289,7 +310,14 @@ def to_html(report: Report) -> str:
     esc = html.escape
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>gpubackend conformance</title>",
-        f"<style>{_CSS}</style></head><body><h1>gpubackend conformance</h1><ul>",
+        f"<style>{_CSS}</style></head><body><h1>gpubackend conformance</h1>",
+        (
+            f"<p class='interrupted'>{esc(report.interruption())}: this report is incomplete, "
+            "not a pass.</p>"
+            if report.interrupted
+            else ""
+        ),
+        "<ul>",
         *[f"<li>{esc(line)}</li>" for line in environment_lines(report.environment)],
         f"</ul><p><strong>Summary:</strong> {esc(report.summary_line())}</p>",
         "<table><tr><th>case</th>" + "".join(f"<th>{esc(c)}</th>" for c in columns) + "</tr>",

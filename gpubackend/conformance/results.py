@@ -83,6 +83,15 @@ class CaseResult:
 class Report:
     environment: dict[str, Any]
     results: list[CaseResult] = field(default_factory=list)
+    interrupted: bool = False
+    """Stopped by Ctrl-C before every result finished: incomplete, so never a pass, whatever the
+    results that finished say."""
+    planned: int | None = None
+    """The results the run set out to produce (cases × columns); None: as many as it holds."""
+
+    @property
+    def expected(self) -> int:
+        return len(self.results) if self.planned is None else self.planned
 
     def summary(self) -> dict[str, Any]:
         per_column: dict[str, Counter] = {}
@@ -90,12 +99,21 @@ class Report:
             per_column.setdefault(result.column, Counter())[result.status] += 1
         totals = Counter(result.status for result in self.results)
         return {
+            "interrupted": self.interrupted,
+            "finished": len(self.results),
+            "planned": self.expected,
             "total": {status: totals.get(status, 0) for status in STATUSES},
             "per_column": {
                 column: {status: counts.get(status, 0) for status in STATUSES}
                 for column, counts in per_column.items()
             },
         }
+
+    def interruption(self) -> str:
+        """ "Interrupted: N of M case results finished" for an interrupted report, else ""."""
+        if not self.interrupted:
+            return ""
+        return f"Interrupted: {len(self.results)} of {self.expected} case results finished"
 
     def summary_line(self) -> str:
         parts = []
@@ -116,12 +134,18 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         return {
             "environment": self.environment,
+            "interrupted": self.interrupted,
+            "planned": self.expected,
             "summary": self.summary(),
             "results": [asdict(result) for result in self.results],
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Report:
+        # Reports from before interruptions were recorded are complete runs.
         return cls(
-            data["environment"], [CaseResult.from_json(result) for result in data["results"]]
+            data["environment"],
+            [CaseResult.from_json(result) for result in data["results"]],
+            interrupted=bool(data.get("interrupted", False)),
+            planned=data.get("planned"),
         )

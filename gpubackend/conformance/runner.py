@@ -50,7 +50,13 @@ from gpubackend.conformance.results import (
     CheckResult,
     Report,
 )
-from gpubackend.conformance.worker import describe_exit, run_in_workers
+from gpubackend.conformance.worker import (
+    INTERRUPTED_STATUS,
+    Workers,
+    describe_exit,
+    interruptible,
+    run_in_workers,
+)
 
 REFERENCE_MODE = "FAST_COMPILE"
 """PyTensor's Python backend: the independent reference where a case has no closed form."""
@@ -195,7 +201,7 @@ def crash_result(
 
 
 def _run_pair(
-    cases: Sequence[Case], backend: str, device: str, label: str, on_result
+    workers: Workers, cases: Sequence[Case], backend: str, device: str, label: str, on_result
 ) -> list[CaseResult]:
     return run_in_workers(
         cases,
@@ -204,6 +210,7 @@ def _run_pair(
             case, backend, device, label, returncode, log_tail
         ),
         on_result,
+        workers,
     )
 
 
@@ -218,23 +225,31 @@ def run_cases(
     side by side.
 
     A case that kills its worker is reported as `crash`; the pair's other
-    cases go on in a fresh worker.
+    cases go on in a fresh worker. Ctrl-C (`interruptible`) ends the workers
+    within seconds: the report holds the results that finished, marked
+    `interrupted`.
     """
     pairs = backend_device_pairs(backends, devices)
-    report = Report(environment(devices, label))
-    with progress_display(progress, len(cases) * len(pairs)) as advance:
+    report = Report(environment(devices, label), planned=len(cases) * len(pairs))
+    with interruptible() as workers, progress_display(progress, report.expected) as advance:
 
         def on_result(result: CaseResult) -> None:
             advance(f"{result.case} · {result.backend} @ {result.device}: {result.status}")
 
         with ThreadPoolExecutor(max_workers=min(len(pairs), os.cpu_count() or 1) or 1) as pool:
             runs = [
-                pool.submit(_run_pair, cases, backend.name, device, label, on_result)
+                pool.submit(_run_pair, workers, cases, backend.name, device, label, on_result)
                 for backend, device in pairs
             ]
             per_pair = [run.result() for run in runs]
-    # Case by case, as the matrix reads.
-    report.results = [results[position] for position in range(len(cases)) for results in per_pair]
+    # Case by case, as the matrix reads; an interrupted pair's list stops short.
+    report.results = [
+        results[position]
+        for position in range(len(cases))
+        for results in per_pair
+        if position < len(results)
+    ]
+    report.interrupted = len(report.results) < report.expected
     return report
 
 
@@ -273,8 +288,8 @@ def run_and_report(
     generated: int = 0,
     progress: bool = True,
 ) -> int:
-    """Run the suite, write every report to ``out_dir``, print the summary; 1 when any case fails or
-    crashes, else 0.
+    """Run the suite, write every report to ``out_dir``, print the summary; `INTERRUPTED_STATUS`
+    (130) when Ctrl-C stopped it, else 1 when any case fails or crashes, else 0.
 
     When the reports cannot be written, the summary is printed all the same
     and `ReportsNotWrittenError` names the temporary file the results were
@@ -284,4 +299,6 @@ def run_and_report(
         backends, devices, label=label, cases=cases, generated=generated, progress=progress
     )
     write_and_summarise(report, out_dir, console or Console(stderr=True, soft_wrap=True))
+    if report.interrupted:
+        return INTERRUPTED_STATUS
     return 1 if report.failed else 0

@@ -14,6 +14,14 @@ start, the imports and the compile-cache loads once per list.
 Protocol: the parent pickles a `Job` to the worker's stdin; the worker
 pickles one result per item to its original stdout, in order, and sends
 everything else it or a library prints to its log.
+
+Ctrl-C: each worker runs in a process group of its own, so a Ctrl-C at the
+terminal reaches only the parent, never a worker in the middle of an item
+(which would read as a crash, and a fresh worker would run the rest). Within
+`interruptible`, the parent's first SIGINT stops the run's `Workers`: no new
+worker starts, the running ones are terminated, and each `run_in_workers`
+returns the results finished so far. A second SIGINT kills the workers at
+once and raises KeyboardInterrupt.
 """
 
 from __future__ import annotations
@@ -25,7 +33,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -34,6 +45,12 @@ WORKER_COMMAND = "from gpubackend.conformance.worker import main; main()"
 
 LOG_TAIL_LINES = 40
 """How much of a crashed worker's log a `crash` result keeps."""
+
+STOP_GRACE_SECONDS = 2.0
+"""After an interrupt, how long a worker has to end on SIGTERM before it gets SIGKILL."""
+
+INTERRUPTED_STATUS = 128 + signal.SIGINT
+"""The exit status of a run stopped by Ctrl-C, as a shell reports a process SIGINT ended."""
 
 
 @dataclass(frozen=True)
@@ -44,38 +61,126 @@ class Job:
     items: list
 
 
-def run_in_workers[Item, Result](
-    items: Sequence[Item],
-    run: Callable[[Item], Result],
-    on_crash: Callable[[Item, int, str], Result],
-    on_result: Callable[[Result], None],
-) -> list[Result]:
-    """``run(item)`` for every item, in worker processes; one result per item, in order.
+class Workers:
+    """The worker processes of one run, so that an interrupt can end every one of them."""
 
-    When a worker dies, ``on_crash(item, returncode, log_tail)`` gives the
-    result of the item it was running, and a fresh worker takes the rest.
-    """
-    results: list[Result] = []
-    remaining = list(items)
-    while remaining:
-        with tempfile.TemporaryFile(mode="w+b") as log:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self.stopped = False
+        """Set by `stop`: no worker starts any more, and a worker's death is not a crash."""
+
+    def start(self, log: IO[bytes]) -> subprocess.Popen | None:
+        """A worker process in a process group of its own, its stderr to ``log``; None once the
+        run is stopped."""
+        # Under the lock: `stop` signals every worker that started before it, and none starts after.
+        with self._lock:
+            if self.stopped:
+                return None
             worker = subprocess.Popen(
                 [sys.executable, "-c", WORKER_COMMAND],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
                 env=_worker_environment(),
+                process_group=0,
             )
+            self._running.add(worker)
+        return worker
+
+    def wait(self, worker: subprocess.Popen) -> int:
+        returncode = worker.wait()
+        with self._lock:
+            self._running.discard(worker)
+        return returncode
+
+    def stop(self, grace: float) -> None:
+        """Start no more workers; SIGTERM every running worker's process group, and SIGKILL those
+        still running ``grace`` seconds later."""
+        self._signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while self._running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, signum: int) -> None:
+        with self._lock:
+            self.stopped = True
+            for worker in self._running:
+                # The worker's group bears its pid; it may have just ended.
+                with suppress(ProcessLookupError):
+                    os.killpg(worker.pid, signum)
+
+
+@contextmanager
+def interruptible() -> Iterator[Workers]:
+    """`Workers` for a run that Ctrl-C stops: while the block runs, the first SIGINT stops them
+    (`Workers.stop`, in a thread: the handler returns at once, and the block goes on to use
+    the results that finished); a second kills them and raises KeyboardInterrupt.
+
+    The handler is installed in the main thread only (Python runs signal handlers
+    there), and not where SIGINT is ignored (a background job): it stays ignored.
+    """
+    workers = Workers()
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    ):
+        yield workers
+        return
+    interrupts = 0
+
+    def on_interrupt(signum: int, frame: object) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        # Not here: the interrupted code may hold the lock `stop` takes.
+        grace = STOP_GRACE_SECONDS if interrupts == 1 else 0.0
+        threading.Thread(target=workers.stop, args=(grace,), name="stop workers").start()
+        if interrupts > 1:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield workers
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run_in_workers[Item, Result](
+    items: Sequence[Item],
+    run: Callable[[Item], Result],
+    on_crash: Callable[[Item, int, str], Result],
+    on_result: Callable[[Result], None],
+    workers: Workers,
+) -> list[Result]:
+    """``run(item)`` for every item, in ``workers``; one result per item, in order.
+
+    When a worker dies, ``on_crash(item, returncode, log_tail)`` gives the
+    result of the item it was running, and a fresh worker takes the rest.
+    Once ``workers`` are stopped (an interrupt), the results finished so far:
+    fewer than the items.
+    """
+    results: list[Result] = []
+    remaining = list(items)
+    while remaining:
+        with tempfile.TemporaryFile(mode="w+b") as log:
+            worker = workers.start(log)
+            if worker is None:
+                break
             # Popen's pipes are typed optional; they exist because PIPE was asked for.
             assert worker.stdin is not None and worker.stdout is not None
-            pickle.dump(Job(run, remaining), worker.stdin)
-            worker.stdin.close()
+            # A worker stopped before it read its job finished nothing, as `_receive` finds; closing
+            # the pipe flushes what the dump left buffered, and fails the same way.
+            with suppress(BrokenPipeError):
+                pickle.dump(Job(run, remaining), worker.stdin)
+            with suppress(BrokenPipeError):
+                worker.stdin.close()
             finished = _receive(worker.stdout, len(remaining), on_result)
             results += finished
             worker.stdout.close()
-            returncode = worker.wait()
+            returncode = workers.wait(worker)
             remaining = remaining[len(finished) :]
-            if remaining:
+            if remaining and not workers.stopped:
                 crash = on_crash(remaining[0], returncode, _tail(log))
                 on_result(crash)
                 results.append(crash)
