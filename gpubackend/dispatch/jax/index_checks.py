@@ -89,7 +89,8 @@ def constant_indices_checked(fn: Callable, node: Apply) -> Callable:
         return fn
 
     def indexing(*inputs):
-        shape = jnp.shape(inputs[0])
+        # np.shape: the indexed value may be a tuple (`JAXShapeTuple`'s, a static integer input).
+        shape = np.shape(inputs[0])
         for axis, index in constants:
             index_in_range(index, shape[axis], axis)
         return fn(*inputs)

@@ -45,7 +45,9 @@ def numba_funcify_Scan_without_steps(op: Scan, node, **kwargs):
     ]
     for position in range(op.n_tap_outs, op.n_tap_outs + op.info.n_nit_sot):
         empty_shape = "(" + "0, " * node.outputs[position].type.ndim + ")"
-        lines.append(f"        {outputs[position]} = np.empty({empty_shape}, {outputs[position]}.dtype)")
+        lines.append(
+            f"        {outputs[position]} = np.empty({empty_shape}, {outputs[position]}.dtype)"
+        )
     lines.append(f"    return {unpacked}")
     key = sha256(str((stock_key, NO_STEP_VERSION, __name__)).encode()).hexdigest()
     without_steps = compile_numba_function_src(
