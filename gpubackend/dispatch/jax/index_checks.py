@@ -89,8 +89,9 @@ def constant_indices_checked(fn: Callable, node: Apply) -> Callable:
         return fn
 
     def indexing(*inputs):
-        # np.shape: the indexed value may be a tuple (`JAXShapeTuple`'s, a static integer input).
-        shape = np.shape(inputs[0])
+        indexed = inputs[0]
+        # The indexed value may be `JAXShapeTuple`'s tuple of lengths.
+        shape = (len(indexed),) if isinstance(indexed, tuple) else jnp.shape(indexed)
         for axis, index in constants:
             index_in_range(index, shape[axis], axis)
         return fn(*inputs)
