@@ -261,3 +261,128 @@ def test_stock_jax_keeps_jaxs_clamping():
     callback per call (README, "Index bounds")."""
     clamped = pytensor.function([x, i], x[i], mode="JAX")
     assert float(clamped(np.arange(3.0), 5)) == 2.0
+
+
+# Issue 43: literal indices. x has length 3 (known only at run time, or static for xs).
+xs = pt.tensor("xs", shape=(3,), dtype="float64")
+n = pt.lscalar("n")
+LITERAL_INDICES = {
+    "x[3]": ([x], x[3]),
+    "x[-4]": ([x], x[-4]),
+    "take(x, 9)": ([x], pt.take(x, 9)),
+    "(x[3] + x).sum()": ([x], (x[3] + x).sum()),
+    "set_subtensor(x[3], 9)": ([x], pt.set_subtensor(x[3], 9.0)),
+    "inc_subtensor(x[3], 1)": ([x], pt.inc_subtensor(x[3], 1.0)),
+    "xs[3], static shape": ([xs], xs[3]),
+    "scan body v[5]": (
+        [x],
+        pytensor.scan(
+            lambda k, total, v: total + v[5] * k,
+            sequences=[pt.arange(2.0)],
+            outputs_info=[pt.constant(0.0, dtype="float64")],
+            non_sequences=[x],
+            return_updates=False,
+        ),
+    ),
+}
+
+
+def _while_scan_traces(n_steps):
+    """A while-Scan's sit-sot trace ``ys`` and nit-sot trace ``zs`` (PyTensor's
+    test_while_scan_taps_and_map): ``ys[-1]`` of no step reads the initial state, ``zs[-1]``
+    raises."""
+    return pytensor.scan(
+        lambda previous: ((previous + 1.0, previous * 2.0), until(previous >= 99.0)),
+        outputs_info=[x.sum(), None],
+        n_steps=n_steps,
+        return_updates=False,
+    )
+
+
+X_ROWS = pt.matrix("X_ROWS")
+# name: (inputs, output, arguments of a call that takes no step)
+EMPTY_TRACES = {
+    "while-Scan of n steps, zs[-1]": ([x, n], _while_scan_traces(n)[1][-1], [np.arange(3.0), 0]),
+    "while-Scan of n steps, ys[-1]": ([x, n], _while_scan_traces(n)[0][-1], [np.arange(3.0), 0]),
+    "while-Scan of iv[0] steps, zs[-1]": (
+        [x, iv],
+        _while_scan_traces(iv[0])[1][-1],
+        [np.arange(3.0), np.array([0])],
+    ),
+    "map over no rows, [-1]": (
+        [X_ROWS],
+        pytensor.map(lambda row: pt.sort(row)[0], sequences=[X_ROWS], return_updates=False)[-1],
+        [np.zeros((0, 3))],
+    ),
+    "scan of n steps, nit-sot [-1]": (
+        [x, n],
+        pytensor.scan(
+            lambda total: (total * 2.0, total + 1.0),
+            outputs_info=[x.sum(), None],
+            n_steps=n,
+            return_updates=False,
+        )[1][-1],
+        [np.arange(3.0), 0],
+    ),
+}
+
+
+def _reference_outcome(inputs, output, arguments):
+    try:
+        return pytensor.function(inputs, output, mode="FAST_COMPILE")(*arguments)
+    except IndexError as error:
+        return error
+
+
+@pytest.mark.parametrize("mode", ["JAX_GPU", "JAX"])
+@pytest.mark.parametrize("name", list(LITERAL_INDICES))
+def test_a_literal_index_out_of_range_raises_the_references_error_while_tracing(name, mode):
+    """Constant indices were left to JAX, which clamps: ``x[3]`` read ``x[2]``, a write there was
+    dropped. They are checked while tracing, where the length is concrete, on both JAX paths."""
+    inputs, output = LITERAL_INDICES[name]
+    with pytest.raises(IndexError, match="out of bounds"):
+        pytensor.function(inputs, output, mode="FAST_COMPILE")(np.arange(3.0))
+    with pytest.raises(IndexError, match=r"index -?[0-9]+ is out of bounds for axis 0 with size 3"):
+        pytensor.function(inputs, output, mode=mode)(np.arange(3.0))
+
+
+@pytest.mark.parametrize("mode", ["JAX_GPU", "JAX", "NUMBA"])
+@pytest.mark.parametrize("name", list(EMPTY_TRACES))
+def test_the_last_entry_of_an_empty_trace_is_the_references(name, mode):
+    """A Scan of no step returns its nit-sots empty (``Scan.perform``): their last entry is an
+    IndexError, where JAX read a buffer's unwritten entry (0.0) or failed stock's assertion, and
+    NUMBA read one (0.0). A sit-sot's last entry is then its initial state, in every mode."""
+    inputs, output, arguments = EMPTY_TRACES[name]
+    expected = _reference_outcome(inputs, output, arguments)
+    fn = pytensor.function(inputs, output, mode=mode)
+    if not isinstance(expected, IndexError):
+        np.testing.assert_array_equal(np.asarray(fn(*arguments)), expected)
+        return
+    raised = IndexError if mode != "JAX" else (IndexError, jax.errors.JaxRuntimeError)
+    with pytest.raises(raised, match=r"IndexError|out of bounds"):
+        fn(*arguments)
+    # With steps taken, the reference's value.
+    taking_steps = [arguments[0] if len(arguments[0]) else np.ones((2, 3)), *arguments[1:]]
+    taking_steps = [
+        np.asarray(value) + (1 if position else 0) for position, value in enumerate(taking_steps)
+    ]
+    np.testing.assert_array_equal(
+        np.asarray(fn(*taking_steps)), _reference_outcome(inputs, output, taking_steps)
+    )
+
+
+@pytest.mark.parametrize("name", ["x[-1]", "xs[2], static shape", "while-Scan zs[-1] of n steps"])
+def test_literal_indices_in_range_cost_no_read(name, target_device):
+    output, arguments = {
+        "x[-1]": (x[-1], [np.arange(3.0)]),
+        "xs[2], static shape": (xs[2], [np.arange(3.0)]),
+        "while-Scan zs[-1] of n steps": (_while_scan_traces(n)[1][-1], [np.arange(3.0), 4]),
+    }[name]
+    inputs = [xs if "static" in name else x, *([n] if len(arguments) > 1 else [])]
+    fn = pytensor.function(inputs, output, mode="JAX_GPU")
+    # n sizes the loop: JAX_GPU specialises on it, as a Python int.
+    resident = [jax.device_put(arguments[0], target_device), *arguments[1:]]
+    fn(*resident)
+    counted = count_host_reads(fn, resident, target_device)
+    assert not counted.implicit, counted
+    assert counted.explicit == 0, counted

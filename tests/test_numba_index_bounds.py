@@ -15,6 +15,8 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 
+from gpubackend.dispatch.numba.subtensor import _index_checks
+
 x = pt.vector("x")
 X = pt.matrix("X")
 idx = pt.lvector("idx")
@@ -64,3 +66,30 @@ def test_out_of_range_raises_the_references_error_and_in_range_gives_its_values(
     for indices in good:
         arguments = _arguments(inputs, indices)
         np.testing.assert_array_equal(numba(*arguments), reference(*arguments))
+
+
+xs = pt.tensor("xs", shape=(3,), dtype="float64")
+# Issue 43: constant integer-array indices (`take` of a literal) were not checked either.
+LITERAL_INDICES = {
+    "take(x, 9)": ([x], pt.take(x, 9)),
+    "take(x, -4)": ([x], pt.take(x, -4)),
+    "take(xs, 9), static shape": ([xs], pt.take(xs, 9)),
+    "(take(x, 9) + x).sum()": ([x], (pt.take(x, 9) + x).sum()),
+    "inc_subtensor(x[[5]], 1)": ([x], pt.inc_subtensor(x[[5]], 1.0)),
+}
+
+
+@pytest.mark.parametrize("name", list(LITERAL_INDICES))
+def test_a_literal_index_out_of_range_raises_the_references_error(name):
+    inputs, output = LITERAL_INDICES[name]
+    with pytest.raises(IndexError):
+        pytensor.function(inputs, output, mode="FAST_COMPILE")(np.arange(3.0))
+    with pytest.raises(IndexError, match="out of bounds for axis 0"):
+        pytensor.function(inputs, output, mode="NUMBA")(np.arange(3.0))
+
+
+def test_a_literal_index_proven_in_range_is_not_checked():
+    fn = pytensor.function([xs], pt.take(xs, -3), mode="NUMBA")
+    np.testing.assert_array_equal(fn(np.arange(3.0)), 0.0)
+    [node] = fn.maker.fgraph.apply_nodes
+    assert not _index_checks(node)

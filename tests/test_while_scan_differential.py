@@ -233,6 +233,37 @@ def test_regression_graphs_are_their_classes_and_stop_early() -> None:
         assert min(spec.stops) < spec.loop.bound == max(spec.stops), name
 
 
+# Issue 43: the last entry of a trace that a call of no step leaves empty (a nit-sot, whose buffer
+# PyTensor's memory rewrite cuts to one entry: JAX read that unwritten entry), and literal indices
+# read with take (JAX clamped them, NUMBA read past the trace). n_steps is an input: the calls after
+# the planned stops take -1 and 0 steps (`STEP_COUNT_EDGES`).
+LITERAL_INDEX_GRAPHS = {
+    "last entry of an empty nit-sot trace": regression(
+        ConsumerSpec("index", position=-1), LoopSpec("nit-sot", bound=8, n_steps="input")
+    ),
+    "take of the last entry of an empty nit-sot trace": regression(
+        ConsumerSpec("index", position=-1, variant="take"),
+        LoopSpec("nit-sot", bound=8, n_steps="input"),
+    ),
+    "take past the length": regression(
+        ConsumerSpec("index", position=9, variant="take"), stops=(3, 8, 2)
+    ),
+    "take of a negative literal past the length": regression(
+        ConsumerSpec("index", position=-9, variant="take"), LoopSpec("nit-sot", bound=8)
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("mode", "device"), [*((mode, JAX_DEVICE) for mode in JAX_PATHS), ("numba", "cpu")]
+)
+@pytest.mark.parametrize("name", sorted(LITERAL_INDEX_GRAPHS))
+def test_literal_index_graph_is_exact_or_raises_the_references_error(
+    name: str, mode: str, device: str
+) -> None:
+    _assert_rule(LITERAL_INDEX_GRAPHS[name], [(mode, device)])
+
+
 # --- Upstream PyTensor bugs: held as strict xfails, about the reference, not about gpubackend
 # -----------------
 

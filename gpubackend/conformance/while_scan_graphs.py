@@ -175,7 +175,8 @@ class ConsumerSpec:
     with_vector: the vector's length per call, ``match`` (the trace's), ``bound`` or ``mismatch``
     (one more); set_slice: ``match`` or ``mismatch``; check_length: ``Assert`` or ``CheckAndRaise``
     (a ValueError); zeros: ``value`` or ``shape``; inc: set_index adds instead of setting
-    (``inc``); length: one of `LENGTH_VARIANTS`."""
+    (``inc``); index: ``take`` reads the entry with ``pt.take``; length: one of
+    `LENGTH_VARIANTS`."""
     axis: int | None = None
     """reduce: None, or 0 (over the steps) for a matrix trace."""
     summed: bool = False
@@ -312,6 +313,7 @@ class Ops(DeclaresInputs, Protocol):
     def accumulate(self, multipliers, value_of: Callable, stop=None): ...
     def op_from_graph(self, build: Callable, inputs: dict) -> list: ...
     def elementwise(self, fn: Callable, a, b): ...
+    def take(self, xs, index): ...
     def set_entry(self, xs, index, value, inc: bool): ...
     def set_tail(self, xs, value): ...
     def check(self, xs, ok, error: str): ...
@@ -400,6 +402,9 @@ class SymbolicOps:
 
     def elementwise(self, fn, a, b):
         return fn(a, b)
+
+    def take(self, xs, index):
+        return pt.take(xs, index, axis=0)
 
     def set_entry(self, xs, index, value, inc):
         return (pt.inc_subtensor if inc else pt.set_subtensor)(xs[index], value)
@@ -500,6 +505,9 @@ class NumericOps:
         if np.shape(a) != np.shape(b):
             raise ValueError(f"elementwise operands of shapes {np.shape(a)} and {np.shape(b)}")
         return fn(a, b)
+
+    def take(self, xs, index):
+        return np.take(xs, index, axis=0)
 
     def set_entry(self, xs, index, value, inc):
         result = xs.copy()
@@ -675,7 +683,8 @@ def consume(spec: WhileGraphSpec, ops: Ops, inputs: dict, xs) -> list:
     if kind == "shape":
         return [_shape(xs)]
     if kind == "index":
-        return [xs[inputs["k"] if consumer.from_input else consumer.position]]
+        position = inputs["k"] if consumer.from_input else consumer.position
+        return [ops.take(xs, position) if consumer.variant == "take" else xs[position]]
     if kind == "grad":
         return _gradient(spec, ops, inputs, xs)
     if kind == "length":
@@ -1037,7 +1046,12 @@ def consumer_specs(
         axis = draw(st.sampled_from([None, 0])) if loop.width else None
         return ConsumerSpec(kind, op=draw(st.sampled_from(ops)), axis=axis)
     if kind == "index":
-        return ConsumerSpec(kind, position=draw(out_of_range), from_input=draw(st.booleans()))
+        return ConsumerSpec(
+            kind,
+            position=draw(out_of_range),
+            from_input=draw(st.booleans()),
+            variant=draw(st.sampled_from(["", "take"])),
+        )
     if kind == "slice":
         step = draw(st.sampled_from([None, 1, 2, -1]))
         return ConsumerSpec(kind, bounds=(draw(small), draw(small), step), summed=summed)

@@ -54,6 +54,7 @@ from pytensor.link.utils import fgraph_to_python
 from gpubackend.dispatch.jax.boolean_masks import shape_keeping_lowerings
 from gpubackend.dispatch.jax.index_checks import (
     checkified_indexing,
+    constant_indices_checked,
     index_checked_nodes,
 )
 from gpubackend.dispatch.jax.known_inputs import with_known_inputs
@@ -140,6 +141,7 @@ def _funcify_node(
         fn = jax_funcify(op, node=node, **kwargs)
     if node is None:
         return fn
+    fn = constant_indices_checked(fn, node)
     context = lowering_context(kwargs)
     if context.nested and context.inner_index_checks and index_checked_nodes([node]):
         fn = checkified_indexing(fn, node, fgraph)

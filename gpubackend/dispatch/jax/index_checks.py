@@ -74,6 +74,31 @@ def run_time_indices(node: Apply) -> list[tuple[int, int]]:
     ]
 
 
+def constant_indices_checked(fn: Callable, node: Apply) -> Callable:
+    """``fn``, first checking each integer index of ``node`` that is a constant against the length
+    of the axis it indexes, which is concrete while tracing: one out of range raises the
+    reference's ``IndexError`` when the call traces, and run time pays nothing."""
+    if not isinstance(node.op, _INDEXING_OPS):
+        return fn
+    constants = [
+        (axis, np.asarray(node.inputs[position].data))
+        for axis, position in integer_indices(node)
+        if isinstance(node.inputs[position], Constant)
+    ]
+    if not constants:
+        return fn
+
+    def indexing(*inputs):
+        indexed = inputs[0]
+        # The indexed value may be `JAXShapeTuple`'s tuple of lengths.
+        shape = (len(indexed),) if isinstance(indexed, tuple) else jnp.shape(indexed)
+        for axis, index in constants:
+            index_in_range(index, shape[axis], axis)
+        return fn(*inputs)
+
+    return indexing
+
+
 def index_checked_nodes(order: Sequence[Apply]) -> set[Apply]:
     """The indexing nodes with an integer index that is not a constant."""
     return {node for node in order if isinstance(node.op, _INDEXING_OPS) and run_time_indices(node)}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import jax.numpy as jnp
 import numpy as np
 from pytensor.scan.op import Scan
 
@@ -74,8 +75,24 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
             for position, value in enumerate(non_seqs)
             if _is_shape_value(value)
         }
+        no_step = not is_traced(outer_inputs[0]) and outer_inputs[0] == 0
+        if no_step:
+            # Stock's lowering asserts that a nit-sot fills its buffer, which no step does.
+            for position in length_positions[1:]:
+                outer_inputs[position] = 0
         # Index checks in the body read the ranges of sequences known while tracing.
         with sequence_ranges(op, op.outer_seqs(outer_inputs)), known_inputs(op.fgraph, known):
-            return for_scan(*outer_inputs)
+            outputs = for_scan(*outer_inputs)
+        return _without_nit_sot_entries(op, outputs) if no_step else outputs
 
     return for_scan_with_host_lengths
+
+
+def _without_nit_sot_entries(op: Scan, outputs):
+    """The outputs of a Scan that took no step, as PyTensor's returns them: every nit-sot empty,
+    with every axis of length 0."""
+    values = [outputs] if len(op.fgraph.outputs) == 1 else list(outputs)
+    first = op.n_tap_outs
+    for position in range(first, first + op.info.n_nit_sot):
+        values[position] = jnp.zeros((0,) * values[position].ndim, values[position].dtype)
+    return values[0] if len(values) == 1 else values

@@ -32,7 +32,7 @@ from pytensor.tensor.subtensor import (
 
 from gpubackend.dispatch.subtensor_indices import integer_indices, out_of_bounds_message
 
-BOUNDS_CHECK_VERSION = 2
+BOUNDS_CHECK_VERSION = 3
 """Part of the cache key: a changed check must not reuse a cached one."""
 
 
@@ -54,13 +54,23 @@ class IndexCheck(NamedTuple):
     message: str
 
 
+def _proven_in_range(node: Apply, axis: int, position: int) -> bool:
+    """Whether the index at ``position`` is a constant in range of the length the indexed array's
+    type gives its axis."""
+    index, size = node.inputs[position], node.inputs[0].type.shape[axis]
+    if not isinstance(index, Constant) or size is None:
+        return False
+    values = np.asarray(index.data)
+    return bool(np.all((values >= -size) & (values < size)))
+
+
 def _index_checks(node: Apply) -> list[IndexCheck]:
-    """The checks of an indexing node's integer indices that are not constants (a boolean mask is
-    checked by Numba's own indexing)."""
+    """The checks of an indexing node's integer indices, but for constants proven in range (a
+    boolean mask is checked by Numba's own indexing)."""
     return [
         IndexCheck(position, 0, axis, out_of_bounds_message(node.op, axis, node.inputs[0]))
         for axis, position in integer_indices(node)
-        if not isinstance(node.inputs[position], Constant)
+        if not _proven_in_range(node, axis, position)
     ]
 
 

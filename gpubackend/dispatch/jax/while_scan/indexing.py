@@ -26,7 +26,11 @@ from pytensor.graph.basic import Apply
 from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, indices_from_subtensor
 
-from gpubackend.dispatch.jax.index_checks import index_in_range, run_time_indices
+from gpubackend.dispatch.jax.index_checks import (
+    constant_indices_checked,
+    index_in_range,
+    run_time_indices,
+)
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
 from gpubackend.dispatch.jax.while_scan.values import (
@@ -368,8 +372,9 @@ def _per_position(y, capacity: int, target_shape: tuple[int, ...]):
 
 def checked_indexing(op, node: Apply, **kwargs) -> BoundedLowering:
     """The op's lowering, with one check per integer index that is not a constant (the top graph's
-    index checks, for a linker that reads back: `index_checks`)."""
-    fn = jax_funcify(op, node=node, **kwargs)
+    index checks, for a linker that reads back: `index_checks`); its constants are checked while
+    tracing."""
+    fn = constant_indices_checked(jax_funcify(op, node=node, **kwargs), node)
     checked = run_time_indices(node)
     checks = tuple(
         RuntimeCheck(IndexError, out_of_bounds_message(op, axis, node.inputs[0]))

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from pytensor.graph.basic import Constant
 from pytensor.link.jax.dispatch.basic import jax_funcify
 from pytensor.scan.op import Scan
 
@@ -102,12 +103,20 @@ def static_trace_sizes(op: Scan, node) -> list[int | None]:
     ]
 
 
+def _may_take_no_step(node) -> bool:
+    """Whether the Scan's ``n_steps`` may be 0: PyTensor then returns every nit-sot empty, full
+    ring buffer or not (a while-Scan takes at least one step of a positive count)."""
+    n_steps = node.inputs[0]
+    return not (isinstance(n_steps, Constant) and int(n_steps.data) >= 1)
+
+
 def possibly_trimmed_traces(op: Scan, node) -> list[bool]:
     """Per traced output of a while-Scan: whether PyTensor may trim it to the steps taken."""
     if not op.info.as_while:
         return [False] * len(traced_slots(op))
+    no_step = _may_take_no_step(node)
     return [
-        size is None or not _keeps_every_step(size, slot)
+        size is None or not _keeps_every_step(size, slot) or (slot == 0 and no_step)
         for size, slot in zip(static_trace_sizes(op, node), traced_slots(op), strict=True)
     ]
 
