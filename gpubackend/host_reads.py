@@ -64,9 +64,17 @@ class HostReads(NamedTuple):
     error_code: Any = None
     step_counts: tuple = ()
     """``(steps_taken, matched)`` per specialised while-Scan."""
+    overflow: Any = None
+    """A climbing graph's loop ran out of the rung's room: the call runs the next rung (None on
+    the last rung, or where the graph does not climb)."""
 
     def empty(self) -> bool:
-        return not self.lengths and self.error_code is None and not self.step_counts
+        return (
+            not self.lengths
+            and self.error_code is None
+            and not self.step_counts
+            and self.overflow is None
+        )
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,11 @@ class HostReadPlan:
     n_specialised: int = 0
     """While-Scans specialised on their step counts (a call may then run twice, so it donates
     nothing)."""
+    climbs: bool = False
+    """The static first argument is a rung of the while-Scans' ladder (0 first), not step counts:
+    where a call reads that the rung overflowed, it runs the next (`interpreter.LadderedGraph`'s
+    `at_rung`). Its outputs are then sized by the rung that sufficed, never by the bound. A call may
+    then run twice, so it donates nothing."""
     continuation: Callable | None = None
     """Where the graph runs as two computations (`interpreter.LadderedGraph`): ``fn`` returns
     ``(outputs, HostReads, overflow)``, and where ``overflow`` is set (read back),
@@ -181,6 +194,7 @@ class HostReadingFunction:
         self._on_host_platform = on_host_platform
         self._checks = plan.checks
         self._cut = plan.run_time_lengths
+        self._climbs = plan.climbs
         self._step_counts: tuple[int | None, ...] = (None,) * plan.n_specialised
 
     @property
@@ -197,13 +211,20 @@ class HostReadingFunction:
                 [error_code] = read_back((reads.error_code,), self._on_host_platform)
                 raise_failure(int(error_code), self._checks)
             return outputs
-        for _ in range(len(step_counts) + 2):
-            outputs, reads = self._run(step_counts, *args)
+        rung = runs = 0
+        while runs < len(step_counts) + 2:
+            outputs, reads = self._run(rung if self._climbs else step_counts, *args)
             if reads.empty():
                 return outputs
-            lengths, error_code, counts = read_back(
-                (reads.lengths, reads.error_code, reads.step_counts), self._on_host_platform
+            lengths, error_code, counts, overflow = read_back(
+                (reads.lengths, reads.error_code, reads.step_counts, reads.overflow),
+                self._on_host_platform,
             )
+            if overflow is not None and bool(overflow):
+                # The lengths and error code of a rung that overflowed are not the graph's.
+                rung += 1
+                continue
+            runs += 1
             if not all(bool(matched) for _, matched in counts):
                 step_counts = tuple(int(taken) for taken, _ in counts)
                 continue

@@ -64,6 +64,16 @@ def lowered_while_scan_graph(
             buffers = [value.buffer if isinstance(value, Bounded) else value for value in outputs]
             return typed(buffers), HostReads(lengths, error_code)
 
+        if graph.at_rung is not None:
+            # Outputs of run-time length: the call reads their lengths, and with them whether the
+            # rung overflowed, when the next one runs.
+            def climbing(rung: int, *inputs):
+                outputs, error_code, overflow = graph.at_rung(rung, *inputs)
+                outputs, reads = returned(outputs, error_code)
+                return outputs, reads._replace(overflow=overflow)
+
+            return LoweredGraph(climbing, HostReadPlan(plan.checks, positions, climbs=True))
+
         # A graph without a while-Scan (only index checks) has no ladder to split.
         if not context.split_ladder or not plan.while_scans:
             return LoweredGraph(

@@ -250,8 +250,10 @@ def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
             if first.step is not None:
                 oks.append(_step_ok(first))
             positions, count = _slice_positions(first, length, buffer.shape[0])
-            taken = buffer[jnp.clip(positions, 0, buffer.shape[0] - 1)][(slice(None), *rest)]
-            result = Bounded(taken, _slice_count(count, first, length, buffer.shape[0]))
+            taken_length = _slice_count(count, first, length, buffer.shape[0])
+            room = int(taken_length.high)
+            taken = buffer[jnp.clip(positions[:room], 0, buffer.shape[0] - 1)][(slice(None), *rest)]
+            result = Bounded(taken, taken_length)
             return NodeResult(result, tuple(oks))
 
         return BoundedLowering(sliced, ("array",), checks)

@@ -201,7 +201,7 @@ def _as_output(value, run_time_length: bool, output: Variable):
 
 class LadderedGraph(NamedTuple):
     """A bounded graph as one computation (`whole`), or as its lower rungs and the rest (`lower`,
-    then `higher`).
+    then `higher`), or, where outputs have run-time lengths, one computation per rung (`at_rung`).
 
     On the CPU, XLA maps a computation's temporaries afresh on every call once
     they are large: the higher rungs' buffers, sized for the bound, would make
@@ -217,6 +217,10 @@ class LadderedGraph(NamedTuple):
     there is no other."""
     higher: Callable
     """``higher(*inputs) -> GraphRun``: the rungs above `SPLIT_CAPACITY`."""
+    at_rung: Callable | None = None
+    """``at_rung(rung, *inputs) -> GraphRun``, for a graph with outputs of run-time length: every
+    Scan with the room of the ladder's rung ``rung`` (0 the first), its overflow None on the last
+    rung. Where it overflows, a linker that reads back runs the next rung."""
 
 
 class Climb(NamedTuple):
@@ -296,12 +300,17 @@ def bounded_graph(
         return graph.walk(graph.fresh_values(inputs), 0, Progress(), _at_capacity(capacity))
 
     if plan.run_time_lengths:
-        # Outputs of run-time length are returned at the size of their buffers: one rung, at the
-        # bound.
+        # Outputs of run-time length are returned at the size of their buffers, which the branches
+        # of a cond cannot vary: in one computation, one rung at the bound; a linker that reads
+        # back climbs computations of one rung each (`at_rung`).
         def whole_bound(*inputs) -> GraphRun:
             return GraphRun(*probe(inputs, None)[:2], None)
 
-        return LadderedGraph(whole_bound, whole_bound, whole_bound)
+        def at_rung(rung: int, *inputs) -> GraphRun:
+            run = probe(inputs, FIRST_CAPACITY * CAPACITY_GROWTH**rung)
+            return run._replace(overflow=None if run.overflow is False else run.overflow)
+
+        return LadderedGraph(whole_bound, whole_bound, whole_bound, at_rung)
 
     def climbing(select: Callable[[list[int]], list[int]]) -> Callable:
         def selected_rungs(*inputs) -> GraphRun:
