@@ -393,8 +393,9 @@ class JAXGPULinker(DispatchingJAXLinker):
             return HostReadingFunction(
                 jitted(fn, static, donated, leading=1), plan, on_host_platform=on_host_platform
             )
-        # The continuation is called as the graph's function is, and donates what it would.
-        higher = jitted(plan.continuation, static, donated, leading=1)
+        # The continuation's rung is static as the step counts are; a rung may be followed by
+        # another, so it donates nothing.
+        higher = jitted(plan.continuation, static, leading=1)
         ladder = SplitLadder(
             jitted(fn, static, leading=1), jitted(fn, static, donated, leading=1), higher
         )
