@@ -6,7 +6,8 @@ has something to read (the lengths of outputs of run-time length, the error code
 of run-time checks, the step counts of while-Scans specialised on them), the
 `HostReadPlan` saying how to call it: ``fn(step_counts, *inputs) -> (outputs,
 HostReads)``, with ``step_counts`` a static argument (the counts assumed for the
-while-Scans specialised on theirs, empty otherwise). `HostReadingFunction`
+while-Scans specialised on theirs, the rung of a graph that climbs the ladder
+of capacities, empty otherwise). `HostReadingFunction`
 calls the jitted function and:
 
 - returns at once when there is nothing to read (``HostReads`` empty: every
@@ -20,13 +21,16 @@ calls the jitted function and:
   and, for a specialised graph, the step counts taken and whether they match
   the ones assumed. On a mismatch it runs again with the counts taken, until
   they match (chained while-Scans settle one per run), so a wrong-length answer
-  is never returned.
+  is never returned. For a graph with outputs of run-time length, whose
+  buffers are sized by the rung, it reads with them whether the rung
+  overflowed, and then runs the next rung (`HostReadPlan.climbs`).
 
 A function whose inner graphs check their indices with ``checkify``
 (`dispatch.jax.index_checks`) reads its error with `read_back` too, where a
 check is left unproven (`raise_checked`).
 
-Nothing is shared between calls but the last counts seen, and which input
+Nothing is shared between calls but the last counts or rung seen (a rung too
+low is climbed again, a higher one gives the same values), and which input
 signatures need no continuation (each replaced whole).
 """
 
@@ -64,9 +68,17 @@ class HostReads(NamedTuple):
     error_code: Any = None
     step_counts: tuple = ()
     """``(steps_taken, matched)`` per specialised while-Scan."""
+    overflow: Any = None
+    """A climbing graph's loop ran out of the rung's room: the call runs the next rung (None on
+    the last rung, or where the graph does not climb)."""
 
     def empty(self) -> bool:
-        return not self.lengths and self.error_code is None and not self.step_counts
+        return (
+            not self.lengths
+            and self.error_code is None
+            and not self.step_counts
+            and self.overflow is None
+        )
 
 
 @dataclass(frozen=True)
@@ -84,11 +96,17 @@ class HostReadPlan:
     n_specialised: int = 0
     """While-Scans specialised on their step counts (a call may then run twice, so it donates
     nothing)."""
+    climbs: bool = False
+    """The static first argument is a rung of the while-Scans' ladder (0 first), not step counts:
+    where a call reads that the rung overflowed, it runs the next (`interpreter.LadderedGraph`'s
+    `at_rung`). Its outputs are then sized by the rung that sufficed, never by the bound. A call may
+    then run twice, so it donates nothing."""
     continuation: Callable | None = None
-    """Where the graph runs as two computations (`interpreter.LadderedGraph`): ``fn`` returns
+    """Where the graph runs as a split ladder (`interpreter.LadderedGraph`): ``fn`` returns
     ``(outputs, HostReads, overflow)``, and where ``overflow`` is set (read back),
-    ``continuation(step_counts, *inputs) -> (outputs, HostReads)`` runs the graph again with more
-    room. Only the second donates."""
+    ``continuation(rung, *inputs) -> (outputs, HostReads, overflow)`` runs the graph again with the
+    room of the higher rung ``rung`` (0 first), each while the one before overflowed. Only the
+    last rung donates."""
 
 
 class LoweredGraph(NamedTuple):
@@ -105,15 +123,18 @@ class SplitLadder:
 
     The continuation runs only where the lower rungs overflowed, which the call
     reads (one `read_back` of the flag): dispatched unread, it would cost every
-    call the mapping of its temporaries, sized for the bound (about 50 µs at a
-    10,000-step bound of a 1000-wide gradient), and a dispatch. The ladder is
-    split only on the host platform, where the flag is host memory: the read
-    waits for the lower rungs and copies nothing.
+    call the mapping of its temporaries (about 50 µs at a 10,000-step bound of
+    a 1000-wide gradient), and a dispatch. The ladder is split only on the host
+    platform, where the flag is host memory: the read waits for the lower rungs
+    and copies nothing. The continuation climbs one rung per computation, each
+    only where the one below overflowed (read likewise), so its temporaries
+    follow the steps taken, never the bound; a call starts on the higher rung
+    the last call ended on.
 
-    Both need the call's inputs, so the lower rungs donate nothing while a
-    continuation may follow. A graph whose ladder has no higher rung (for the
-    inputs' shapes and static values) is learnt on its first call and from
-    then on runs alone, donating the buffers of updated shared variables.
+    Each needs the call's inputs while another may follow, so none donates but
+    the lower rungs of a graph whose ladder has no higher rung (for the inputs'
+    shapes and static values), learnt on its first call: from then on they run
+    alone, donating the buffers of updated shared variables.
     """
 
     def __init__(self, lower: Callable, lower_donating: Callable, higher: Callable):
@@ -122,6 +143,8 @@ class SplitLadder:
         self._higher = higher
         self._alone: frozenset = frozenset()
         """Signatures whose ladder has no higher rung (replaced whole, never mutated)."""
+        self._rung = 0
+        """The higher rung the last call that climbed ended on."""
 
     def __call__(self, step_counts: tuple, *args):
         signature = (step_counts, *(_signature(arg) for arg in args))
@@ -132,10 +155,11 @@ class SplitLadder:
         if overflow is None:
             self._alone = self._alone | {signature}
             return outputs, reads
-        [overflowed] = read_back((overflow,), on_host_platform=True)
-        if not overflowed:
-            return outputs, reads
-        return self._higher(step_counts, *args)
+        rung = self._rung
+        while overflow is not None and read_back((overflow,), on_host_platform=True)[0]:
+            outputs, reads, overflow = self._higher(rung, *args)
+            self._rung, rung = rung, rung + 1
+        return outputs, reads
 
 
 def _signature(value):
@@ -181,6 +205,9 @@ class HostReadingFunction:
         self._on_host_platform = on_host_platform
         self._checks = plan.checks
         self._cut = plan.run_time_lengths
+        self._climbs = plan.climbs
+        self._rung = 0
+        """The rung the last call of a climbing graph ended on, where the next one starts."""
         self._step_counts: tuple[int | None, ...] = (None,) * plan.n_specialised
 
     @property
@@ -197,17 +224,24 @@ class HostReadingFunction:
                 [error_code] = read_back((reads.error_code,), self._on_host_platform)
                 raise_failure(int(error_code), self._checks)
             return outputs
-        for _ in range(len(step_counts) + 2):
-            outputs, reads = self._run(step_counts, *args)
+        rung, runs = self._rung, 0
+        while runs < len(step_counts) + 2:
+            outputs, reads = self._run(rung if self._climbs else step_counts, *args)
             if reads.empty():
                 return outputs
-            lengths, error_code, counts = read_back(
-                (reads.lengths, reads.error_code, reads.step_counts), self._on_host_platform
+            lengths, error_code, counts, overflow = read_back(
+                (reads.lengths, reads.error_code, reads.step_counts, reads.overflow),
+                self._on_host_platform,
             )
+            if overflow is not None and bool(overflow):
+                # The lengths and error code of a rung that overflowed are not the graph's.
+                rung += 1
+                continue
+            runs += 1
             if not all(bool(matched) for _, matched in counts):
                 step_counts = tuple(int(taken) for taken, _ in counts)
                 continue
-            self._step_counts = step_counts
+            self._step_counts, self._rung = step_counts, rung
             if error_code is not None:
                 raise_failure(int(error_code), self._checks)
             outputs = list(outputs)

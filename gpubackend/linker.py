@@ -381,19 +381,21 @@ class JAXGPULinker(DispatchingJAXLinker):
         if plan is None:
             # The graph's plain function: nothing to read back.
             return jitted(fn, self.scalar_shape_inputs, updated)
-        # ``fn(step_counts, *inputs)``, step counts static. It donates nothing where a call may
-        # need its inputs after the computation ran: a graph specialised on step counts may run
-        # twice on them, and where a check read back fails the reference applies no update, so
-        # the shared variables must keep their buffers.
+        # ``fn(step_counts, *inputs)``, step counts (or the rung, `HostReadPlan.climbs`) static.
+        # It donates nothing where a call may need its inputs after the computation ran: a graph
+        # specialised on step counts, or one that climbs rungs, may run twice on them, and where
+        # a check read back fails the reference applies no update, so the shared variables must
+        # keep their buffers.
         static = (0, *_shifted(self.scalar_shape_inputs, 1))
-        donated = () if plan.n_specialised or plan.checks else _shifted(updated, 1)
+        donated = () if plan.n_specialised or plan.checks or plan.climbs else _shifted(updated, 1)
         on_host_platform = _linked(self.placement).on_host_platform
         if plan.continuation is None:
             return HostReadingFunction(
                 jitted(fn, static, donated, leading=1), plan, on_host_platform=on_host_platform
             )
-        # The continuation is called as the graph's function is, and donates what it would.
-        higher = jitted(plan.continuation, static, donated, leading=1)
+        # The continuation's rung is static as the step counts are; a rung may be followed by
+        # another, so it donates nothing.
+        higher = jitted(plan.continuation, static, leading=1)
         ladder = SplitLadder(
             jitted(fn, static, leading=1), jitted(fn, static, donated, leading=1), higher
         )

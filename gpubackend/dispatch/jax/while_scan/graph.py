@@ -23,7 +23,11 @@ from pytensor.graph.basic import Apply
 
 from gpubackend.dispatch.jax.lowering_context import LoweringContext
 from gpubackend.dispatch.jax.while_scan.checks import raise_in_graph
-from gpubackend.dispatch.jax.while_scan.interpreter import bounded_graph, step_counted_graph
+from gpubackend.dispatch.jax.while_scan.interpreter import (
+    LOWER_RUNGS,
+    bounded_graph,
+    step_counted_graph,
+)
 from gpubackend.dispatch.jax.while_scan.plan import BoundedPlan, ExactLengthsNeeded
 from gpubackend.dispatch.jax.while_scan.refusals import no_length_rule, run_time_length_output
 from gpubackend.dispatch.jax.while_scan.values import Bounded, known_value
@@ -64,6 +68,16 @@ def lowered_while_scan_graph(
             buffers = [value.buffer if isinstance(value, Bounded) else value for value in outputs]
             return typed(buffers), HostReads(lengths, error_code)
 
+        if plan.run_time_lengths:
+            # Outputs of run-time length: the call reads their lengths, and with them whether the
+            # rung overflowed, when the next one runs.
+            def climbing(rung: int, *inputs):
+                outputs, error_code, overflow = graph.at_rung(rung, *inputs)
+                outputs, reads = returned(outputs, error_code)
+                return outputs, reads._replace(overflow=overflow)
+
+            return LoweredGraph(climbing, HostReadPlan(plan.checks, positions, climbs=True))
+
         # A graph without a while-Scan (only index checks) has no ladder to split.
         if not context.split_ladder or not plan.while_scans:
             return LoweredGraph(
@@ -75,8 +89,9 @@ def lowered_while_scan_graph(
             outputs, error_code, overflow = graph.lower(*inputs)
             return (*returned(outputs, error_code), overflow)
 
-        def higher_rungs(step_counts: tuple, *inputs):
-            return returned(*graph.higher(*inputs)[:2])
+        def higher_rungs(rung: int, *inputs):
+            outputs, error_code, overflow = graph.at_rung(LOWER_RUNGS + rung, *inputs)
+            return (*returned(outputs, error_code), overflow)
 
         return LoweredGraph(
             lower_rungs, HostReadPlan(plan.checks, positions, continuation=higher_rungs)

@@ -164,7 +164,27 @@ def _count_bounds(index: slice, length, capacity: int) -> tuple[float, float]:
     if known and np.isfinite(high) and high - low <= _EXACT_COUNT_SPAN:
         counts = [len(range(size)[slice(*ends)]) for size in range(int(low), int(high) + 1)]
         return float(min(counts)), float(min(max(counts), capacity))
-    return 0.0, float(min(high, capacity))
+    return 0.0, float(min(high, capacity, _most_entries(given, ends)))
+
+
+def _most_entries(given, ends) -> float:
+    """The most entries a slice can take of any length, from the ends known while tracing: a
+    gradient's ``[:1]`` of a buffer as long as the bound takes one."""
+    start, stop, step = (
+        (0 if bound is None else None) if end is None else end
+        for bound, end in zip(given, ends, strict=True)
+    )
+    step = 1 if given[2] is None else step
+    if step is None:
+        return np.inf
+    # Clipped to the length, a negative end counted from it lies past position -1.
+    if step > 0 and given[1] is not None and stop is not None and stop >= 0:
+        first = start if start is not None and start > 0 else 0
+        return float(max(0, -((first - stop) // step)))
+    if step < 0 and given[0] is not None and start is not None and start >= 0:
+        last = stop if given[1] is not None and stop is not None and stop >= 0 else -1
+        return float(max(0, -((last - start) // -step)))
+    return np.inf
 
 
 def _count_table(index: slice, length) -> Table | None:
@@ -254,8 +274,10 @@ def _subtensor(op: Subtensor, node, input_kinds, **kwargs) -> BoundedLowering:
             if first.step is not None:
                 oks.append(_step_ok(first))
             positions, count = _slice_positions(first, length, buffer.shape[0])
-            taken = buffer[jnp.clip(positions, 0, buffer.shape[0] - 1)][(slice(None), *rest)]
-            result = Bounded(taken, _slice_count(count, first, length, buffer.shape[0]))
+            taken_length = _slice_count(count, first, length, buffer.shape[0])
+            room = int(taken_length.high)
+            taken = buffer[jnp.clip(positions[:room], 0, buffer.shape[0] - 1)][(slice(None), *rest)]
+            result = Bounded(taken, taken_length)
             return NodeResult(result, tuple(oks))
 
         return BoundedLowering(sliced, ("array",), checks)

@@ -43,9 +43,9 @@ from gpubackend.errors import DataDependentLengthError
 
 FIRST_CAPACITY = 16
 CAPACITY_GROWTH = 16
-SPLIT_CAPACITY = FIRST_CAPACITY * CAPACITY_GROWTH
-"""Where a ladder run as two computations splits (`LadderedGraph`): rungs with more room go to the
-second."""
+LOWER_RUNGS = 2
+"""The rungs a split ladder runs as its first computation (`LadderedGraph.lower`); each higher rung
+is a computation of its own (`LadderedGraph.at_rung`)."""
 
 
 class GraphRun(NamedTuple):
@@ -200,23 +200,26 @@ def _as_output(value, run_time_length: bool, output: Variable):
 
 
 class LadderedGraph(NamedTuple):
-    """A bounded graph as one computation (`whole`), or as its lower rungs and the rest (`lower`,
-    then `higher`).
+    """A bounded graph as one computation (`whole`), or as computations the caller runs one after
+    the other while they overflow: the lower rungs (`lower`), then one rung each (`at_rung`).
 
-    On the CPU, XLA maps a computation's temporaries afresh on every call once
-    they are large: the higher rungs' buffers, sized for the bound, would make
-    the lower rungs fault in their pages on every call. Run apart, the lower
-    rungs keep small temporaries, and the higher ones are computed (and their
-    buffers mapped) only when the lower ones overflow.
+    A computation's temporaries are sized by its largest rung (XLA allocates
+    them for every branch of a cond): in one computation a call costs the
+    bound, in memory if not in work. On the CPU, XLA moreover maps large
+    temporaries afresh on every call, which the lower rungs' computation
+    (room for 256 steps at most) keeps small. Run apart, each rung costs only
+    when the one below it overflowed, so memory follows the steps taken.
     """
 
     whole: Callable
     """``whole(*inputs) -> GraphRun``."""
     lower: Callable
-    """``lower(*inputs) -> GraphRun``: the rungs up to `SPLIT_CAPACITY`; its overflow None where
-    there is no other."""
-    higher: Callable
-    """``higher(*inputs) -> GraphRun``: the rungs above `SPLIT_CAPACITY`."""
+    """``lower(*inputs) -> GraphRun``: the first `LOWER_RUNGS` rungs; its overflow None where there
+    is no other."""
+    at_rung: Callable
+    """``at_rung(rung, *inputs) -> GraphRun``: every Scan with the room of the ladder's rung
+    ``rung`` (0 the first, `LOWER_RUNGS` the first above `lower`'s), its overflow None on the
+    last rung."""
 
 
 class Climb(NamedTuple):
@@ -295,13 +298,18 @@ def bounded_graph(
         """Every Scan at one capacity: what the rung's structure is while tracing."""
         return graph.walk(graph.fresh_values(inputs), 0, Progress(), _at_capacity(capacity))
 
+    def at_rung(rung: int, *inputs) -> GraphRun:
+        run = probe(inputs, FIRST_CAPACITY * CAPACITY_GROWTH**rung)
+        return run._replace(overflow=None if run.overflow is False else run.overflow)
+
     if plan.run_time_lengths:
-        # Outputs of run-time length are returned at the size of their buffers: one rung, at the
-        # bound.
+        # Outputs of run-time length are returned at the size of their buffers, which the branches
+        # of a cond cannot vary: in one computation, one rung at the bound; a linker that reads
+        # back climbs computations of one rung each (`at_rung`).
         def whole_bound(*inputs) -> GraphRun:
             return GraphRun(*probe(inputs, None)[:2], None)
 
-        return LadderedGraph(whole_bound, whole_bound, whole_bound)
+        return LadderedGraph(whole_bound, whole_bound, at_rung)
 
     def climbing(select: Callable[[list[int]], list[int]]) -> Callable:
         def selected_rungs(*inputs) -> GraphRun:
@@ -314,14 +322,10 @@ def bounded_graph(
 
         return selected_rungs
 
-    def lower_rungs(capacities: list[int]) -> list[int]:
-        return [capacity for capacity in capacities if capacity <= SPLIT_CAPACITY] or capacities[:1]
-
-    def higher_rungs(capacities: list[int]) -> list[int]:
-        return capacities[len(lower_rungs(capacities)) :]
-
     return LadderedGraph(
-        climbing(lambda capacities: capacities), climbing(lower_rungs), climbing(higher_rungs)
+        climbing(lambda capacities: capacities),
+        climbing(lambda capacities: capacities[:LOWER_RUNGS]),
+        at_rung,
     )
 
 
