@@ -62,7 +62,6 @@ from gpubackend.conformance.while_scan_graphs import (
     STEP_COUNT_EDGES,
     UPSTREAM_BUGS,
     NoTruth,
-    WhileGraph,
     WhileGraphSpec,
     case_class,
     loop_family,
@@ -225,7 +224,7 @@ class ReferenceObservation:
     died."""
 
 
-def _call_each(fn: Callable, graph: WhileGraph) -> list[Outcome]:
+def _call_each(fn: Callable, graph: CalledGraph) -> list[Outcome]:
     outcomes = []
     for arguments in graph.arguments():
         try:
@@ -235,11 +234,11 @@ def _call_each(fn: Callable, graph: WhileGraph) -> list[Outcome]:
     return outcomes
 
 
-def _compile_and_call_each(compile_fn: Callable[[], Callable], graph: WhileGraph) -> list[Outcome]:
+def _compile_and_call_each(compile_fn: Callable[[], Callable], graph: CalledGraph) -> list[Outcome]:
     try:
         fn = compile_fn()
     except Exception as error:  # noqa: BLE001 - the outcome of every call
-        return [Outcome.raised(error, "compile")] * len(graph.calls)
+        return [Outcome.raised(error, "compile")] * len(graph.arguments())
     return _call_each(fn, graph)
 
 
@@ -253,6 +252,13 @@ class CompilableGraph(Protocol):
     def outputs(self) -> list: ...
     @property
     def updates(self) -> dict: ...
+
+
+class CalledGraph(CompilableGraph, Protocol):
+    """A graph with its calls' input values: a `WhileGraph`, or a generated index graph
+    (`index_differential`)."""
+
+    def arguments(self) -> list[list[np.ndarray]]: ...
 
 
 def _pytensor_function(graph: CompilableGraph, mode: Mode | str) -> Callable:
