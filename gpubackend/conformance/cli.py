@@ -19,6 +19,7 @@ from gpubackend.conformance.arguments import (
 from gpubackend.conformance.backends import BACKENDS, backend_device_pairs
 from gpubackend.conformance.differential import DEFAULT_MODES, DIFFERENTIAL_MODES, mode_device_pairs
 from gpubackend.conformance.differential_reports import run_differential_and_report
+from gpubackend.conformance.index_differential import run_index_differential_and_report
 from gpubackend.conformance.optimize_graphs import select_methods
 from gpubackend.conformance.optimize_reports import run_optimize_and_report
 from gpubackend.conformance.reports import (
@@ -96,6 +97,28 @@ def _run_parser() -> argparse.ArgumentParser:
         "failures without making the exit status non-zero",
     )
     parser.add_argument(
+        "--generated-index",
+        type=count,
+        default=0,
+        metavar="N",
+        help="also run N generated plain graphs indexing at literal positions (in range, past "
+        "the end, negative, index arrays; read, take, set, inc; static and run-time lengths, "
+        "empty arrays) differentially, each mode against numpy and FAST_COMPILE; writes "
+        "index_differential.{json,md}",
+    )
+    parser.add_argument(
+        "--index-modes",
+        nargs="+",
+        default=list(DEFAULT_MODES),
+        choices=sorted(DIFFERENTIAL_MODES),
+        help="the modes the index graphs run on (as --while-modes)",
+    )
+    parser.add_argument(
+        "--index-report-only",
+        action="store_true",
+        help="report the index differential's failures without making the exit status non-zero",
+    )
+    parser.add_argument(
         "--generated-optimize",
         type=count,
         default=0,
@@ -163,12 +186,13 @@ def _check_run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     if (
         not runs_suite
         and not args.generated_while
+        and not args.generated_index
         and not args.generated_optimize
         and not args.stock_superset
     ):
         parser.error(
             "--no-catalogue with none of --generated N, --generated-while N, "
-            "--generated-optimize N or --stock-superset N runs nothing"
+            "--generated-index N, --generated-optimize N or --stock-superset N runs nothing"
         )
     devices = " ".join(args.device)
     try:
@@ -179,6 +203,7 @@ def _check_run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             )
         for option, wanted, modes in (
             ("--while-modes", args.generated_while, args.while_modes),
+            ("--index-modes", args.generated_index, args.index_modes),
             ("--optimize-modes", args.generated_optimize, args.optimize_modes),
         ):
             if wanted and not mode_device_pairs(modes, args.device):
@@ -220,6 +245,18 @@ def _run(argv: list[str], console: Console) -> int:
             progress=not args.no_progress,
         )
         if report.failed and not args.while_report_only:
+            status = 1
+    if args.generated_index:
+        index = run_index_differential_and_report(
+            args.generated_index,
+            args.index_modes,
+            args.device,
+            args.out,
+            label=args.label,
+            console=console,
+            progress=not args.no_progress,
+        )
+        if index.failed and not args.index_report_only:
             status = 1
     if args.generated_optimize:
         optimize = run_optimize_and_report(

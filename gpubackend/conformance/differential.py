@@ -62,7 +62,6 @@ from gpubackend.conformance.while_scan_graphs import (
     STEP_COUNT_EDGES,
     UPSTREAM_BUGS,
     NoTruth,
-    WhileGraph,
     WhileGraphSpec,
     case_class,
     loop_family,
@@ -225,7 +224,7 @@ class ReferenceObservation:
     died."""
 
 
-def _call_each(fn: Callable, graph: WhileGraph) -> list[Outcome]:
+def _call_each(fn: Callable, graph: CalledGraph) -> list[Outcome]:
     outcomes = []
     for arguments in graph.arguments():
         try:
@@ -235,11 +234,11 @@ def _call_each(fn: Callable, graph: WhileGraph) -> list[Outcome]:
     return outcomes
 
 
-def _compile_and_call_each(compile_fn: Callable[[], Callable], graph: WhileGraph) -> list[Outcome]:
+def _compile_and_call_each(compile_fn: Callable[[], Callable], graph: CalledGraph) -> list[Outcome]:
     try:
         fn = compile_fn()
     except Exception as error:  # noqa: BLE001 - the outcome of every call
-        return [Outcome.raised(error, "compile")] * len(graph.calls)
+        return [Outcome.raised(error, "compile")] * len(graph.arguments())
     return _call_each(fn, graph)
 
 
@@ -253,6 +252,13 @@ class CompilableGraph(Protocol):
     def outputs(self) -> list: ...
     @property
     def updates(self) -> dict: ...
+
+
+class CalledGraph(CompilableGraph, Protocol):
+    """A graph with its calls' input values: a `WhileGraph`, or a generated index graph
+    (`index_differential`)."""
+
+    def arguments(self) -> list[list[np.ndarray]]: ...
 
 
 def _pytensor_function(graph: CompilableGraph, mode: Mode | str) -> Callable:
@@ -429,19 +435,23 @@ def _raised_inside_as(got: Outcome, expected: Outcome) -> bool:
     return bool(got.checked_as) and expected.values is None and got.checked_as == expected.family
 
 
-def _call_verdict(
-    spec: WhileGraphSpec, index: int, got: Outcome, oracles: ReferenceObservation, mode: str
+def call_verdict(
+    label: str,
+    got: Outcome,
+    reference: Outcome,
+    rewritten: Outcome,
+    numpy_truth: Outcome | None,
+    dtypes: Sequence[str],
+    upstream_bug: str,
 ) -> Verdict:
-    reference, rewritten, numpy_truth = (
-        oracles.reference[index],
-        oracles.rewritten[index],
-        oracles.truth[index],
-    )
+    """One call's verdict: ``got`` against numpy's outcome (``numpy_truth``, None: no numpy twin),
+    else FAST_COMPILE's (``reference``). Where those two disagree, or the FAST_RUN-rewritten graph
+    (``rewritten``) disagrees with FAST_COMPILE, doing what one of PyTensor's runs does is
+    `upstream` (``upstream_bug`` says which bug)."""
     expected = numpy_truth or reference
-    label = _call_label(spec, index)
     if got.refused:
         return Verdict(REFUSED, f"{label}: {got.describe()}")
-    if same_outcome(got, expected, oracles.dtypes):
+    if same_outcome(got, expected, dtypes):
         return Verdict(PASS)
     if _raised_inside_as(got, expected):
         return Verdict(CHECKED, f"{label}: {got.describe()}")
@@ -452,25 +462,39 @@ def _call_verdict(
             ("FAST_COMPILE", reference),
             ("the FAST_RUN-rewritten graph", rewritten),
         ):
-            if same_outcome(got, oracle, oracles.dtypes) or _raised_inside_as(got, oracle):
-                hint = UPSTREAM_BUGS.get(
-                    upstream_hint(spec), "a PyTensor bug not listed in UPSTREAM_BUGS"
-                )
+            if same_outcome(got, oracle, dtypes) or _raised_inside_as(got, oracle):
                 return Verdict(
                     UPSTREAM,
                     f"{label}: {got.describe()}, as {name} does; expected "
-                    f"{expected.describe()}; upstream: {hint}",
+                    f"{expected.describe()}; upstream: {upstream_bug}",
                 )
     detail = f"{label}: expected {expected.describe()}, got {got.describe()}"
-    if mode == "numba" and index >= len(spec.stops):
-        # gpubackend lowers no Scan and no reduction for Numba: these are PyTensor's own.
-        return Verdict(UPSTREAM, f"{detail}; upstream: {UPSTREAM_BUGS['numba-step-count-edges']}")
     if got.values is not None:
         return Verdict(SILENT_WRONG, detail)
     # A NotImplementedError other than the named refusal is a refusal without its name.
     if got.stage == "call" and expected.values is None and got.family != "NotImplementedError":
         return Verdict(WRONG_ERROR, detail)
     return Verdict(RAW_ERROR, detail)
+
+
+def _call_verdict(
+    spec: WhileGraphSpec, index: int, got: Outcome, oracles: ReferenceObservation, mode: str
+) -> Verdict:
+    verdict = call_verdict(
+        _call_label(spec, index),
+        got,
+        oracles.reference[index],
+        oracles.rewritten[index],
+        oracles.truth[index],
+        oracles.dtypes,
+        UPSTREAM_BUGS.get(upstream_hint(spec), "a PyTensor bug not listed in UPSTREAM_BUGS"),
+    )
+    if verdict.status in FAILING and mode == "numba" and index >= len(spec.stops):
+        # gpubackend lowers no Scan and no reduction for Numba: these are PyTensor's own.
+        return Verdict(
+            UPSTREAM, f"{verdict.detail}; upstream: {UPSTREAM_BUGS['numba-step-count-edges']}"
+        )
+    return verdict
 
 
 def classify(

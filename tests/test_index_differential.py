@@ -1,0 +1,130 @@
+"""The index differential (issue 43): plain graphs indexing at literal positions, on every JAX path
+and NUMBA, against numpy and FAST_COMPILE, error type included.
+
+The rule is the while-Scan differential's (`gpubackend.conformance.differential.call_verdict`): a
+mode returns the reference's values or raises its error type; where PyTensor itself is wrong
+(`index_differential.UPSTREAM_BUGS`), doing what PyTensor does is not held against it.
+"""
+
+from __future__ import annotations
+
+import os
+
+# The jaxified path's: importing PyMC raises the recursion limit, which hypothesis warns about
+# during a test.
+import pymc.sampling.jax  # noqa: F401
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+
+from gpubackend.conformance.cli import main as conformance_main
+from gpubackend.conformance.differential import CHECKED, NOT_APPLICABLE, PASS, REFUSED, UPSTREAM
+from gpubackend.conformance.index_differential import check_index_in_process
+from gpubackend.conformance.index_graphs import (
+    OPERATIONS,
+    POSITIONS,
+    IndexSpec,
+    draw_index_specs,
+    index_specs,
+)
+from gpubackend.devices import DEVICE_ENV_VAR
+
+JAX_DEVICE = os.environ.get(DEVICE_ENV_VAR, "cpu:1")
+JAX_PATHS = ("jax", "jax-registered", "jaxified")
+"""mode="JAX_GPU", stock mode="JAX" with gpubackend's registrations, jax.jit of PyMC's
+get_jaxified_graph."""
+ACCEPTED = (PASS, CHECKED, REFUSED, UPSTREAM, NOT_APPLICABLE)
+
+
+def _assert_rule(spec: IndexSpec, modes: list[tuple[str, str]]) -> None:
+    oracles, verdicts = check_index_in_process(spec, modes)
+    assert not oracles.invalid, f"{spec}: {oracles.invalid}"
+    failing = {
+        column: verdict for column, verdict in verdicts.items() if verdict.status not in ACCEPTED
+    }
+    assert not failing, f"{spec}:\n" + "\n".join(
+        f"{column}: {verdict.status}: {verdict.detail}" for column, verdict in failing.items()
+    )
+
+
+# Shrinking would re-run failing graphs many times over: a failure is reported as drawn.
+QUICK = settings(
+    deadline=None,
+    database=None,
+    derandomize=True,
+    phases=(Phase.explicit, Phase.generate),
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+@settings(QUICK, max_examples=8)
+@given(index_specs())
+def test_generated_index_graphs_on_every_jax_path(spec: IndexSpec) -> None:
+    _assert_rule(spec, [(mode, JAX_DEVICE) for mode in JAX_PATHS])
+
+
+@settings(QUICK, max_examples=2)
+@given(index_specs())
+def test_generated_index_graphs_on_numba(spec: IndexSpec) -> None:
+    # Numba compiles each graph for a second or more: two graphs.
+    _assert_rule(spec, [("numba", "cpu")])
+
+
+def test_draws_cover_every_literal_operation_and_shape_reproducibly() -> None:
+    specs = draw_index_specs(40)
+    assert specs == draw_index_specs(40)
+    assert len(set(specs)) == 40
+    assert {spec.position for spec in specs} == set(POSITIONS)
+    assert {spec.operation for spec in specs} == set(OPERATIONS)
+    assert {spec.static for spec in specs} == {True, False}
+    # A run-time length is also called on an empty array.
+    assert all(0 in spec.lengths for spec in specs if not spec.static)
+
+
+def test_a_negative_number_of_graphs_is_refused_by_name() -> None:
+    with pytest.raises(
+        ValueError, match=r"count=-1: expected a number of graphs to draw, 0 or more"
+    ):
+        draw_index_specs(-1)
+    assert draw_index_specs(0) == []
+
+
+# The graphs issue 43 reported, every one on each JAX path and NUMBA.
+ISSUE_GRAPHS = {
+    "x[3] of a length-3 vector": IndexSpec("read", "past the end", 3, 3, static=False),
+    "x[-4] of a length-3 vector": IndexSpec("read", "negative past the start", -4, 3, static=False),
+    "take(x, 9)": IndexSpec("take", "past the end", 9, 3, static=False),
+    "set_subtensor(x[3], w)": IndexSpec("set", "past the end", 3, 3, static=True),
+    "inc_subtensor(x[[1, -4]], w)": IndexSpec("inc", "array", (1, -4), 3, static=True),
+    "x[[0, 5]] of a static length-3 vector": IndexSpec("read", "array", (0, 5), 3, static=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ISSUE_GRAPHS))
+def test_issue_graph_gives_the_references_value_or_error_on_every_jax_path(name: str) -> None:
+    _assert_rule(ISSUE_GRAPHS[name], [(mode, JAX_DEVICE) for mode in JAX_PATHS])
+
+
+def test_take_past_the_length_raises_the_references_error_on_numba() -> None:
+    # Numba compiles each graph for a second or more: the one NUMBA read past the array.
+    _assert_rule(ISSUE_GRAPHS["take(x, 9)"], [("numba", "cpu")])
+
+
+SPECIFY_SHAPE_REASON = (
+    "PyTensor's rewrites turn a literal index array in arithmetic progression into a slice checked "
+    "by SpecifyShape, and PyTensor's JAX lowering of SpecifyShape (which gpubackend does not "
+    "replace) raises ValueError where the reference raises AssertionError and numpy IndexError"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=SPECIFY_SHAPE_REASON)
+@pytest.mark.parametrize("mode", JAX_PATHS)
+def test_index_array_past_the_end_of_a_run_time_length(mode: str) -> None:
+    _assert_rule(IndexSpec("take", "array", (0,), 2, static=False), [(mode, JAX_DEVICE)])
+
+
+def test_command_line_refuses_an_unknown_index_mode(tmp_path, capsys) -> None:
+    arguments = ["--no-catalogue", "--generated-index", "1", "--index-modes", "jax-gpu"]
+    with pytest.raises(SystemExit) as exit_info:
+        conformance_main([*arguments, "--device", JAX_DEVICE, "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "--index-modes: invalid choice: 'jax-gpu'" in capsys.readouterr().err
