@@ -22,7 +22,6 @@ import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
-from pytensor.graph.replace import vectorize_graph
 from pytensor.tensor.optimize import minimize
 
 SEED = 20261129

@@ -9,6 +9,7 @@ returns the posterior of the model's free variables (constrained, as
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import arviz
@@ -26,6 +27,19 @@ WARM_UP = {"draws": 2, "tune": 2, "chains": 1}
 
 def free_variable_names(model: pm.Model) -> list[str]:
     return [rv.name for rv in model.free_RVs]
+
+
+def free_posterior(idata, model: pm.Model) -> xr.Dataset:
+    """The free variables' draws from ``pm.sample``'s or nutpie's result (a DataTree)."""
+    return idata.posterior.to_dataset()[free_variable_names(model)]
+
+
+def failure_text(error: Exception) -> str:
+    """Why a path failed: the error's type and the last line of its message naming an error (a
+    JAX runtime error wraps the callback's traceback), else its first line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
+    named = [line for line in lines if re.match(r"\w*(Error|Exception)\b", line)]
+    return f"fails: {type(error).__name__}: {(named or lines)[-1][:120]}"
 
 
 def min_bulk_ess(posterior: xr.Dataset) -> float:
@@ -48,7 +62,7 @@ def pymc_nuts(model: pm.Model, mode: str, draws: int, chains: int) -> SamplingPa
             progressbar=False,
             compute_convergence_checks=False,
         )
-        return idata.posterior[free_variable_names(model)]
+        return free_posterior(idata, model)
 
     def build():
         step = pm.NUTS(model=model, mode=mode)
@@ -66,7 +80,7 @@ def nutpie_path(model: pm.Model, backend: str, draws: int, chains: int) -> Sampl
         idata = nutpie.sample(
             compiled, draws=draws, tune=tune, chains=chains, seed=seed, progress_bar=False
         )
-        return idata.posterior[free_variable_names(model)]
+        return free_posterior(idata, model)
 
     def build():
         compiled = nutpie.compile_pymc_model(
