@@ -20,7 +20,8 @@ line per path, a panel per model) under ``--out``. Exits 1 when a check fails.
 
 ``--budget-seconds`` bounds the run: each model gets an equal share, its sizes
 run smallest first, and a path skips a size when its previous size's time,
-scaled by the size ratio, would overrun the model's share.
+scaled by the size ratio, would overrun the model's share, or once the whole
+budget is spent.
 """
 
 from __future__ import annotations
@@ -192,19 +193,25 @@ class Budget:
     previous size's time, scaled by the size ratio."""
 
     def __init__(self, seconds: float | None, models: int) -> None:
+        self.seconds = seconds
         self.share = None if seconds is None else seconds / models
-        self.began = time.perf_counter()
+        self.run_began = self.began = time.perf_counter()
         self.last: dict[str, tuple[int, float]] = {}
 
     def start_model(self) -> None:
         self.began, self.last = time.perf_counter(), {}
 
     def allows(self, path: str, size: int) -> bool:
-        if self.share is None or path not in self.last:
+        if self.seconds is None or self.share is None:
+            return True
+        now = time.perf_counter()
+        if now - self.run_began > self.seconds:
+            return False
+        if path not in self.last:
             return True
         previous_size, previous_seconds = self.last[path]
         predicted = previous_seconds * size / previous_size
-        return time.perf_counter() - self.began + predicted <= self.share
+        return now - self.began + predicted <= self.share
 
     def record(self, path: str, size: int, seconds: float) -> None:
         self.last[path] = (size, seconds)
