@@ -19,9 +19,9 @@ drawn as an SVG (``bench_models.svg``: sampling time against size, log-log, one
 line per path, a panel per model) under ``--out``. Exits 1 when a check fails.
 
 ``--budget-seconds`` bounds the run: each model gets an equal share, its sizes
-run smallest first, and a path skips a size when its previous size's time,
-scaled by the size ratio, would overrun the model's share, or once the whole
-budget is spent.
+run smallest first, and a path skips a size when its previous size's compile
+time and sampling time scaled by the size ratio would overrun the model's
+share, or once the whole budget is spent.
 """
 
 from __future__ import annotations
@@ -190,13 +190,13 @@ def against_baseline(rows: list[Row]) -> None:
 
 class Budget:
     """Each model's equal share of the run's seconds; a path's next size is predicted from its
-    previous size's time, scaled by the size ratio."""
+    previous size's: the same compile time, and the sampling time scaled by the size ratio."""
 
     def __init__(self, seconds: float | None, models: int) -> None:
         self.seconds = seconds
         self.share = None if seconds is None else seconds / models
         self.run_began = self.began = time.perf_counter()
-        self.last: dict[str, tuple[int, float]] = {}
+        self.last: dict[str, tuple[int, float, float]] = {}
 
     def start_model(self) -> None:
         self.began, self.last = time.perf_counter(), {}
@@ -209,12 +209,13 @@ class Budget:
             return False
         if path not in self.last:
             return True
-        previous_size, previous_seconds = self.last[path]
-        predicted = previous_seconds * size / previous_size
+        previous_size, compile_seconds, sampling_seconds = self.last[path]
+        predicted = compile_seconds + sampling_seconds * size / previous_size
         return now - self.began + predicted <= self.share
 
-    def record(self, path: str, size: int, seconds: float) -> None:
-        self.last[path] = (size, seconds)
+    def record(self, row: Row) -> None:
+        if row.compile_seconds is not None and row.sampling_seconds is not None:
+            self.last[row.path] = (row.size, row.compile_seconds, row.sampling_seconds)
 
 
 def run_model(
@@ -235,9 +236,8 @@ def run_model(
             if not budget.allows(label, size):
                 size_rows.append(Row(name, size, label, failure="skipped: over the budget"))
                 continue
-            began = time.perf_counter()
             row = run_path(name, size, label, path)
-            budget.record(label, size, time.perf_counter() - began)
+            budget.record(row)
             progress(
                 f"{name} {size} {label}: {row.failure or format_seconds(row.sampling_seconds or 0)}"
             )
