@@ -11,7 +11,7 @@ this prints:
 - per sampling path, compile time and sampling time apart, and ESS per second
   of sampling alone (ArviZ bulk ESS, smallest over the variables): PyMC's NUTS
   on NUMBA (the baseline) and on JAX_GPU, nutpie on Numba and on JAX, numpyro's
-  NUTS with chains vectorized (its kernels jitted once, see `numpyro_vectorized`:
+  NUTS with chains vectorized (its kernels compiled once, see `numpyro_nuts`:
   ``MCMC.run`` and PyMC's ``pm.sample`` re-trace the chains' set-up every run).
 
 OpenBLAS runs on one thread (unless ``OPENBLAS_NUM_THREADS`` is set; see the
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import sys
 import time
@@ -47,10 +46,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("GPUBACKEND_DEVICE", "cpu:1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import arviz
 import jax
 import numpy as np
 import pymc as pm
+from _sampling_paths import failure_text, min_bulk_ess, numpyro_nuts, nutpie_path, pymc_nuts
 from _timing import format_seconds, median_seconds
 from pymc.sampling.jax import get_jaxified_logp
 from rich.console import Console
@@ -76,11 +75,6 @@ CHAINS = 2
 SEED = 1
 
 
-def min_bulk_ess(posterior) -> float:
-    ess = arviz.ess(posterior, method="bulk")
-    return float(min(np.min(np.asarray(ess[name])) for name in ess.data_vars))
-
-
 @dataclass(frozen=True)
 class PathTiming:
     compile_seconds: float
@@ -88,19 +82,17 @@ class PathTiming:
     ess_per_second: float
 
 
-def time_path(
-    build: Callable[[], object], sample: Callable[[object, int], float], repeats: int
-) -> PathTiming:
-    """Build once, then sample ``repeats + 1`` times; ``sample(built, seed)`` returns the min bulk
-    ESS."""
+def time_path(build: Callable[[], object], sample: Callable, repeats: int) -> PathTiming:
+    """Build once, then sample ``repeats + 1`` times; ``sample(built, seed)`` returns the
+    posterior."""
     began = time.perf_counter()
     built = build()
     build_seconds = time.perf_counter() - began
     runs = []
     for seed in range(SEED, SEED + repeats + 1):
         began = time.perf_counter()
-        ess = sample(built, seed)
-        runs.append((time.perf_counter() - began, ess))
+        posterior = sample(built, seed)
+        runs.append((time.perf_counter() - began, min_bulk_ess(posterior)))
     first_seconds = runs[0][0]
     steady = runs[1:]
     sampling = statistics.median(seconds for seconds, _ in steady)
@@ -111,105 +103,14 @@ def time_path(
     )
 
 
-def pymc_nuts(model: pm.Model, mode: str, draws: int, chains: int = CHAINS):
-    def build():
-        return pm.NUTS(model=model, mode=mode)
-
-    def sample(step, seed):
-        idata = pm.sample(
-            draws=draws,
-            tune=draws,
-            chains=chains,
-            cores=1,
-            step=step,
-            model=model,
-            random_seed=seed,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
-        return min_bulk_ess(idata.posterior)
-
-    return build, sample
-
-
-def nutpie_path(model: pm.Model, backend: str, draws: int, chains: int = CHAINS):
-    import nutpie
-
-    def build():
-        return nutpie.compile_pymc_model(
-            model, backend=backend, gradient_backend="jax" if backend == "jax" else "pytensor"
-        )
-
-    def sample(compiled, seed):
-        idata = nutpie.sample(
-            compiled, draws=draws, tune=draws, chains=chains, seed=seed, progress_bar=False
-        )
-        return min_bulk_ess(idata.posterior)
-
-    return build, sample
-
-
-def numpyro_vectorized(
-    model: pm.Model, draws: int, chains: int = CHAINS, device: jax.Device | None = None
-) -> tuple[Callable[[], object], Callable[[object, int], float]]:
-    """numpyro's NUTS kernel on the model's jaxified logp, chains vectorized, warmup and draws in
-    one jitted function.
-
-    numpyro's ``MCMC.run`` (and so ``pm.sample(nuts_sampler="numpyro")``)
-    initialises the chains outside any jit: its step-size and adaptation setup
-    traces and compiles afresh on every run, a fixed second or more that would
-    count as sampling. Jitting numpyro's own ``init_kernel`` and
-    ``sample_kernel`` together (vmapped over chains, as
-    ``chain_method="vectorized"`` does) compiles once, on the first run.
-    """
-    from numpyro.infer.hmc import hmc
-
-    device = device or jax.devices()[0]
-    point = model.initial_point()
-    names = [v.name for v in model.value_vars]
-    start = [np.repeat(np.asarray(point[name])[None], chains, axis=0) for name in names]
-
-    def build():
-        # numpyro's potential is -logp. PyMC's flag reads the other way round:
-        # negative_logp=False negates (as pm.sample(nuts_sampler="numpyro") calls it);
-        # True gives +logp, on which NUTS runs away from the posterior.
-        potential = get_jaxified_logp(model, negative_logp=False)
-        init_kernel, sample_kernel = hmc(potential_fn=potential, algo="NUTS")
-
-        def step(state, _):
-            state = sample_kernel(state)
-            return state, state.z
-
-        def chain(rng_key, init_params):
-            state = init_kernel(init_params, num_warmup=draws, rng_key=rng_key)
-            state, _ = jax.lax.scan(step, state, None, length=draws)
-            _, kept = jax.lax.scan(step, state, None, length=draws)
-            return kept
-
-        return jax.jit(jax.vmap(chain))
-
-    def sample(run_chains, seed):
-        with jax.default_device(device):
-            keys = jax.device_put(jax.random.split(jax.random.PRNGKey(seed), chains), device)
-            draws_by_chain = jax.block_until_ready(
-                run_chains(keys, [jax.device_put(v, device) for v in start])
-            )
-        posterior = arviz.convert_to_dataset(
-            {name: np.asarray(value) for name, value in zip(names, draws_by_chain, strict=True)}
-        )
-        return min_bulk_ess(posterior)
-
-    return build, sample
-
-
 def sampling_paths(model: pm.Model, draws: int) -> dict[str, tuple[Callable, Callable]]:
     """The timed paths; the first is the baseline."""
     return {
-        "pymc NUTS, NUMBA": pymc_nuts(model, "NUMBA", draws),
-        "pymc NUTS, JAX_GPU": pymc_nuts(model, "JAX_GPU", draws),
-        "nutpie, numba": nutpie_path(model, "numba", draws),
-        "nutpie, jax": nutpie_path(model, "jax", draws),
-        "numpyro vectorized": numpyro_vectorized(model, draws),
+        "pymc NUTS, NUMBA": pymc_nuts(model, "NUMBA", draws, CHAINS),
+        "pymc NUTS, JAX_GPU": pymc_nuts(model, "JAX_GPU", draws, CHAINS),
+        "nutpie, numba": nutpie_path(model, "numba", draws, CHAINS),
+        "nutpie, jax": nutpie_path(model, "jax", draws, CHAINS),
+        "numpyro vectorized": numpyro_nuts(model, draws, CHAINS),
     }
 
 
@@ -250,19 +151,13 @@ def logp_grad_row(name: str, model: pm.Model, eval_repeat: int) -> list[str]:
 
 
 def timing_or_failure(
-    build: Callable[[], object], sample: Callable[[object, int], float], repeats: int
+    build: Callable[[], object], sample: Callable, repeats: int
 ) -> PathTiming | str:
-    """`time_path`, or why the path fails, so that one failing path does not end the run.
-
-    The reason is the error's type and the last line of its message naming an
-    error (a JAX runtime error wraps the callback's traceback), else its first line.
-    """
+    """`time_path`, or why the path fails, so that one failing path does not end the run."""
     try:
         return time_path(build, sample, repeats)
     except Exception as error:  # noqa: BLE001 - any failure of a third-party sampler is a row, not the end of the run
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
-        named = [line for line in lines if re.match(r"\w*(Error|Exception)\b", line)]
-        return f"fails: {type(error).__name__}: {(named or lines)[-1][:120]}"
+        return failure_text(error)
 
 
 def sampling_rows(name: str, model: pm.Model, draws: int, repeats: int) -> list[list[str]]:
@@ -310,7 +205,7 @@ def gpu_rows(names: list[str], draws: int, repeats: int, console: Console) -> No
         model = CASES[name].build()
         for chains in GPU_CHAINS:
             rates = [
-                time_path(*numpyro_vectorized(model, draws, chains, device), repeats).ess_per_second
+                time_path(*numpyro_nuts(model, draws, chains, device), repeats).ess_per_second
                 for device in (gpus[0], cpu)
             ]
             table.add_row(

@@ -21,6 +21,7 @@ import gpubackend
 HEAVIEST_FIRST = (
     "test_pymc.py",
     "test_kalman.py",
+    "test_bench_models.py",
     "test_scipy_options.py",
     "test_numba_optimize.py",
     "test_conformance.py",

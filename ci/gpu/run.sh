@@ -18,6 +18,10 @@
 # (default 200) with PyTensor's JAX lowerings and gpubackend's, on JAX's default device (the GPU); a
 # violation fails the leg.
 #
+# Then it times whole sampling runs of large models on every sampler path against NUMBA
+# (benchmarks/bench_models.py): the full sizes within $BENCH_MODELS_BUDGET seconds (default 240) on
+# a GPU, --quick when simulated; a path whose posterior means differ from NUMBA's fails the leg.
+#
 # Reports land in $REPORTS (default reports/gpu, or reports/gpu-simulated).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -102,6 +106,14 @@ device="$GPUBACKEND_DEVICE"
 "$py" -m gpubackend conformance --backend jax --device "$device" --label "$label" --out "$reports" \
   --generated-while "${WHILE_GRAPHS:-18}" --while-modes jax jax-registered jaxified ${WHILE_FLAGS:-} \
   --stock-superset "${SUPERSET_GRAPHS:-200}"
+
+# The sampler paths' packages are the test extra's; a provisioned Python may lack them.
+if "$py" -c 'import pymc, arviz, numpyro' 2>/dev/null; then
+  if $simulate; then bench_size=(--quick); else bench_size=(--full --budget-seconds "${BENCH_MODELS_BUDGET:-240}"); fi
+  "$py" benchmarks/bench_models.py "${bench_size[@]}" --out "$reports/bench_models"
+else
+  echo "ci/gpu: benchmarks/bench_models.py skipped: the Python lacks pymc, arviz or numpyro (the test extra)"
+fi
 
 gpu_count=$("$py" -c 'import jax
 try:
