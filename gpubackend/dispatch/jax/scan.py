@@ -24,7 +24,7 @@ import numpy as np
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.index_checks import sequence_ranges
-from gpubackend.dispatch.jax.known_inputs import known_inputs
+from gpubackend.dispatch.jax.known_inputs import is_shape_value, known_inputs
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.dispatch.jax.while_scan.loop import possibly_trimmed_traces, scan_loop
@@ -34,12 +34,6 @@ from gpubackend.errors import DataDependentLengthError
 
 def _host_int(value):
     return value if is_traced(value) else int(np.asarray(value))
-
-
-def _is_shape_value(value) -> bool:
-    """A concrete integer or boolean scalar or vector: shape arithmetic, small enough to be a
-    constant of the body."""
-    return not is_traced(value) and np.ndim(value) <= 1 and np.asarray(value).dtype.kind in "iub"
 
 
 @replaces(Scan)
@@ -72,7 +66,7 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
         known = {
             first_non_seq + position: value
             for position, value in enumerate(non_seqs)
-            if _is_shape_value(value)
+            if is_shape_value(value)
         }
         # Index checks in the body read the ranges of sequences known while tracing.
         with sequence_ranges(op, op.outer_seqs(outer_inputs)), known_inputs(op.fgraph, known):
