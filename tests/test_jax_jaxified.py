@@ -346,3 +346,20 @@ def test_nonlin_solve_under_every_jax_transform(name):
         np.testing.assert_allclose(got_grad, want[1], rtol=1e-7, err_msg=transform_name)
         got_success = transform(lambda a_value: graph_fn(start, a_value)[1])(LOG_TAUS)
         np.testing.assert_array_equal(got_success, want[2].astype(bool), err_msg=transform_name)
+
+
+def test_minimize_over_several_variables_is_jitted_and_differentiated_by_jax():
+    # Before: ConcretizationTypeError in jnp.split (the variables' sizes were tracers inside
+    # optimistix's jit). The implicit derivative's rule is traced only when jax.grad reaches the
+    # jitted function, after the solve's trace: the sizes stay known there too.
+    b0, b1, a = pt.dscalar("b0"), pt.dvector("b1"), pt.dvector("a")
+    objective = (b0 - a[0]) ** 2 + ((b1 - a[1:]) ** 2).sum() + 0.1 * (b1**4).sum() + b0**4
+    (b0_star, b1_star), _ = minimize(objective, [b0, b1], optimizer_kwargs={"tol": 1e-10})
+    logp = -(b0_star * b1_star * a[1:]).sum()
+    graph_fn = jaxified([b0, b1, a], [logp])
+    logp_fn = jax.jit(lambda a_value: graph_fn(np.array(0.0), np.zeros(3), a_value)[0])
+    a_value = np.array([0.5, -1.0, 2.0, 0.3])
+    reference = pytensor.function([b0, b1, a], [logp, pytensor.grad(logp, a)], mode="FAST_COMPILE")
+    want_logp, want_grad = reference(np.array(0.0), np.zeros(3), a_value)
+    np.testing.assert_allclose(logp_fn(a_value), want_logp, rtol=1e-8)
+    np.testing.assert_allclose(jax.grad(logp_fn)(a_value), want_grad, rtol=1e-6)

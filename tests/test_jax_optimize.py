@@ -921,3 +921,83 @@ def test_minimize_scalar_takes_scipys_iterates_and_verdicts_per_maxiter(method):
     # the backends, which moves a converged point by about 1e-12.
     np.testing.assert_allclose(got[0:n:2], want[0:n:2], rtol=1e-10)
     np.testing.assert_allclose(got[n:], want[n:], rtol=1e-6)
+
+
+# --- Sizes from the shapes of the parameters ------------------------------------------------------
+# Before, each raised a raw ConcretizationTypeError in jnp.split (stock JAX too): the sizes at which
+# x is split, shape arithmetic known while tracing, passed through optimistix's jit as args, where
+# they became tracers.
+
+
+def _regression_minimands(method: str, hess: bool):
+    """PyTensor's ``test_optimize_multiple_minimands``: a scalar and a vector of unknown length
+    minimised together (packed into one x and split back at the vector's length)."""
+    b0, b1 = pt.dscalar("b0"), pt.dvector("b1")
+    x0, y = pt.dvector("x0"), pt.dvector("y")
+    x1 = pt.dmatrix("x1")
+    objective = ((y - x0 * b0 - x1 @ b1) ** 2).sum() + 0.1 * (b1**4).sum()
+    (b0_star, b1_star), success = minimize(
+        objective,
+        [b0, b1],
+        method=method,
+        jac=True,
+        hess=hess,
+        use_vectorized_jac=True,
+        # At 1e-10 scipy's BFGS stops on precision loss where ours converges (a deliberate
+        # difference, in the README).
+        optimizer_kwargs={"tol": 1e-8},
+    )
+    gradient = pt.grad(b0_star + b1_star.sum(), [x1, y])
+    rng = np.random.default_rng(7)
+    x0_value, x1_value = rng.normal(size=20), rng.normal(size=(20, 4))
+    y_value = 0.5 * x0_value + x1_value @ np.array([1.0, -1.0, 0.5, 0.25])
+    inputs = [b0, b1, x0, x1, y]
+    values = [np.array(0.0), np.zeros(4), x0_value, x1_value, y_value]
+    return inputs, [b0_star, b1_star, success, *gradient], values
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+@pytest.mark.parametrize(
+    "method, hess", [("BFGS", False), ("Newton-CG", True)], ids=["BFGS", "Newton-CG"]
+)
+def test_minimize_over_a_scalar_and_a_vector_of_unknown_length(method, hess, mode):
+    inputs, outputs, values = _regression_minimands(method, hess)
+    got = assert_matches_reference(inputs, outputs, values, mode, rtol=1e-6, atol=1e-9)
+    assert got[2]
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_vectorized_root_of_several_variables_and_its_gradient(mode):
+    # PyTensor's test_vectorize_root_gradients: root's Blockwise over a grid of parameters, and
+    # the Blockwise of its gradient's scan, both splitting x at its variables' sizes.
+    a, x, y = pt.dscalars("a", "x", "y")
+    equations = pt.stack([a * x**2 - y - 1, x - a * y**2 + 1])
+    (x_star, y_star), success = root(
+        equations, [x, y], method="hybr", optimizer_kwargs={"tol": 1e-8}
+    )
+    solution = pt.stack([x_star, y_star])
+    a_grid = pt.dmatrix("a_grid")
+    outputs = vectorize_graph([solution, pt.grad(solution.sum(), a), success], {a: a_grid})
+    assert isinstance(outputs[2].owner.op, Blockwise)
+    values = [np.linspace(1, 10, 9).reshape((3, 3)), 1.0, 1.0]
+    got = assert_matches_reference([a_grid, x, y], outputs, values, mode, rtol=1e-6)
+    assert got[2].all()
+
+
+SCALAR_SOLVES = {
+    "minimize_scalar": lambda f, y: minimize_scalar(f**2, y, method="brent"),
+    "root_scalar": lambda f, y: root_scalar(f + y**3, y, method="newton", jac=True),
+}
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+@pytest.mark.parametrize("solve", list(SCALAR_SOLVES))
+def test_a_scalar_solve_split_at_the_length_of_a_parameter(solve, mode):
+    # The sizes do not depend on y: they are a parameter of the op, computed outside it.
+    y, v = pt.dscalar("y"), pt.dvector("v")
+    head = v.shape[0] // 2
+    first, second = pt.split(y * v, pt.stack([head, v.shape[0] - head]), n_splits=2)
+    solution, success = SCALAR_SOLVES[solve]((first - 1).sum() + (second + 2).sum(), y)
+    outputs = [solution, pt.grad(solution, v), success]
+    for size in (3, 6):
+        assert_matches_reference([y, v], outputs, [0.0, np.linspace(0.5, 1.5, size)], mode)

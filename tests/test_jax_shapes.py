@@ -5,6 +5,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from pytensor.compile.builders import OpFromGraph
 
 # Not Assert: importing pymc.sampling.jax registers a pass-through JAX lowering for
 # Assert (and tests share a process with the PyMC tests); CheckAndRaise is PyTensor's own.
@@ -34,3 +35,19 @@ def test_shape_assertion_is_checked_when_traced(mode):
     np.testing.assert_allclose(np.asarray(fn(np.ones(3))), 2 * np.ones(3))
     with pytest.raises(AssertionError, match="x must have 3 entries"):
         fn(np.ones(4))
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_specify_shape_at_a_length_evaluated_while_tracing(mode):
+    # Before: TracerBoolConversionError (stock JAX too): the length, a concrete jax.Array, was
+    # compared with x's inside jit, which staged the comparison. A graph inside an OpFromGraph
+    # (or an optimize op's objective) keeps such a length from rewrites.
+    inner_x, inner_sizes = pt.dvector("inner_x"), pt.lvector("inner_sizes")
+    specified = OpFromGraph(
+        [inner_x, inner_sizes], [pt.specify_shape(inner_x, (inner_sizes[0],)) * 2]
+    )
+    x, y = pt.dvector("x"), pt.dvector("y")
+    out = specified(y, pt.stack([x.shape[0]]))
+    assert_matches_reference([x, y], [out], [np.ones(3), np.linspace(0, 1, 3)], mode)
+    with pytest.raises(ValueError, match="Invalid shape"):
+        pytensor.function([x, y], out, mode=mode)(np.ones(2), np.ones(3))

@@ -294,7 +294,7 @@ def test_blockwise_linalg() -> None:
     compare_drawn("Blockwise (linalg)", blockwise_graphs(), 24)
 
 
-# --- Reshape, ARange and Split --------------------------------------------------------------------
+# --- Reshape, ARange, Split and SpecifyShape ----------------------------------------------------
 
 LENGTHS: dict[str, Callable] = {
     "constant": lambda x, n, s: pt.constant(3, dtype="int64"),
@@ -309,9 +309,12 @@ LENGTHS: dict[str, Callable] = {
 def length_graphs(draw: st.DrawFn):
     x, n, s = pt.vector("x"), pt.scalar("n", dtype="int64"), pt.scalar("s")
     length = LENGTHS[draw(st.sampled_from(sorted(LENGTHS)))](x, n, s)
-    kind = draw(st.sampled_from(["arange", "reshape", "split"]))
+    kind = draw(st.sampled_from(["arange", "reshape", "split", "specify_shape"]))
     if kind == "arange":
         out = pt.arange(length) * 2
+    elif kind == "specify_shape":
+        size = length if length.type.dtype.startswith("int") else pt.cast(length, "int64")
+        out = pt.specify_shape(x, (pt.maximum(size, x.shape[0]),)) * 2
     elif kind == "split":
         size = length if length.type.dtype.startswith("int") else pt.cast(length, "int64")
         head, tail = pt.split(x, pt.stack([size, x.shape[0] - size]), n_splits=2)
@@ -326,8 +329,8 @@ def length_graphs(draw: st.DrawFn):
     return DrawnGraph([x, n, s], [out], [np.linspace(0, 1, 6), np.asarray(3), np.asarray(3.0)])
 
 
-def test_reshape_arange_and_split() -> None:
-    compare_drawn("Reshape/ARange/Split", length_graphs(), 24)
+def test_reshape_arange_split_and_specify_shape() -> None:
+    compare_drawn("Reshape/ARange/Split/SpecifyShape", length_graphs(), 32)
 
 
 # --- CheckAndRaise --------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from gpubackend.dispatch.jax.index_checks import (
     index_checked_nodes,
     objective_index_conditions,
 )
+from gpubackend.dispatch.jax.known_inputs import known_values, static_where_known
 from gpubackend.dispatch.jax.levenberg_marquardt import MinpackLevenbergMarquardt
 from gpubackend.dispatch.jax.lowering_context import lowering_context
 from gpubackend.dispatch.jax.nelder_mead import ScipyNelderMead
@@ -80,16 +81,17 @@ def _objective(op: ScipyWrapperOp, kwargs: dict) -> tuple[Objective, IndexCheck,
 
     Optimistix's loops are left as they are: the objective's indices are checked once, at the
     solution (`index_checks.check_objective_at`), where the linker reads run-time checks.
+    ``args`` may hold `KnownValue`s (`static_where_known`): the graph is given their values.
     """
     kwargs.pop("storage_map", None)
     inner_fn = jax_funcify(op.fgraph, **kwargs)
 
     def evaluated(y, args):
-        return inner_fn(y, *args)[0]
+        return inner_fn(y, *known_values(args))[0]
 
     def outputs(y, args):
         with objective_index_conditions(op.fgraph, None):
-            return inner_fn(y, *args)
+            return inner_fn(y, *known_values(args))
 
     def objective(y, args):
         return outputs(y, args)[0]
@@ -307,6 +309,9 @@ def _vector_solve(op: ScipyWrapperOp, kwargs: dict, solve: Callable, minimises: 
 
     def vector_solve(x0, *args):
         x0 = _start(x0, dtype)
+        # Shape arithmetic (the sizes at which several variables packed into x are split back)
+        # stays known through optimistix's jit and the implicit derivative's custom_jvp.
+        args = static_where_known(args)
         # scipy's size-dependent budgets need the size of x, known when tracing.
         choice = choice_for_size(x0.size)
 
@@ -362,6 +367,7 @@ def jax_funcify_MinimizeScalarOp(op: MinimizeScalarOp, node=None, **kwargs) -> C
         return _solved(optx.minimise, objective, choice, start, args, {**options, **bounds})
 
     def minimize_scalar(x0, *inputs):
+        inputs = static_where_known(inputs)
         value, success = implicitly_differentiated(solved, stationary)(_start(x0, dtype), inputs)
         check_indices_at(value, _bounds_by_name(op, (x0, *inputs))[0])
         return value, success
@@ -399,6 +405,7 @@ def jax_funcify_RootScalarOp(op: RootScalarOp, node=None, **kwargs) -> Callable:
         return jnp.where(sign_changes, value, jnp.nan).astype(value.dtype), success & sign_changes
 
     def root_scalar(x0, *inputs):
+        inputs = static_where_known(inputs)
         value, success = implicitly_differentiated(solved, residual)(_start(x0, dtype), inputs)
         check_indices_at(value, _bounds_by_name(op, (x0, *inputs))[0])
         return value, success

@@ -25,7 +25,7 @@ import numpy as np
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.index_checks import sequence_ranges
-from gpubackend.dispatch.jax.known_inputs import known_inputs
+from gpubackend.dispatch.jax.known_inputs import is_shape_value, known_inputs
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.dispatch.jax.while_scan.loop import possibly_trimmed_traces, scan_loop
@@ -35,12 +35,6 @@ from gpubackend.errors import DataDependentLengthError
 
 def _host_int(value):
     return value if is_traced(value) else int(np.asarray(value))
-
-
-def _is_shape_value(value) -> bool:
-    """A concrete integer or boolean scalar or vector: shape arithmetic, small enough to be a
-    constant of the body."""
-    return not is_traced(value) and np.ndim(value) <= 1 and np.asarray(value).dtype.kind in "iub"
 
 
 @replaces(Scan)
@@ -73,7 +67,7 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
         known = {
             first_non_seq + position: value
             for position, value in enumerate(non_seqs)
-            if _is_shape_value(value)
+            if is_shape_value(value)
         }
         no_step = not is_traced(outer_inputs[0]) and outer_inputs[0] == 0
         if no_step:

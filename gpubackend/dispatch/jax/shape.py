@@ -1,4 +1,5 @@
-"""JAX lowerings of ARange, Reshape and Split that also accept a length known only at trace time.
+"""JAX lowerings of ARange, Reshape, Split and SpecifyShape that also accept a length known only at
+trace time.
 
 The stock lowerings refuse, at compile time, any bound or shape that is not
 literally a constant or read from an array's shape. With `fgraph`
@@ -9,7 +10,11 @@ raises the stock lowering's own ``NotImplementedError``, at the first call
 instead of at compile time. Every node the stock lowering accepts is lowered by
 it. Split's stock lowering accepts any sizes but splits at a traced cumulative
 sum, which ``jnp.split`` refuses: sizes concrete while tracing are summed on the
-host instead, with the stock lowering's checks.
+host instead, with the stock lowering's checks. SpecifyShape's stock lowering
+compares each expected length with Python's ``!=``, which inside ``jax.jit``
+stages a comparison with a concrete ``jax.Array`` (shape arithmetic evaluated
+while tracing: the length of a variable packed into an optimize op's ``x``) and
+fails on its traced result: such a length is read on the host first.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from pytensor.link.jax.dispatch.shape import SHAPE_NOT_COMPATIBLE
 from pytensor.link.jax.dispatch.tensor_basic import ARANGE_CONCRETE_VALUE_ERROR
 from pytensor.tensor.basic import ARange, Split, get_scalar_constant_value, get_vector_length
 from pytensor.tensor.exceptions import NotScalarConstantError
-from pytensor.tensor.shape import Reshape
+from pytensor.tensor.shape import Reshape, SpecifyShape
 
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 from gpubackend.dispatch.jax.tracing import is_traced
@@ -106,3 +111,19 @@ def jax_funcify_Split(op: Split, node=None, **kwargs) -> Callable:
         return jnp.split(x, np.cumsum(sizes[:-1]), axis=axis)
 
     return split
+
+
+@replaces(SpecifyShape)
+def jax_funcify_SpecifyShape(op: SpecifyShape, node=None, **kwargs) -> Callable:
+    stock_specify_shape = stock_lowering(SpecifyShape)(op, node=node, **kwargs)
+
+    def specify_shape(x, *shape):
+        return stock_specify_shape(
+            x,
+            *(
+                length if length is None or is_traced(length) else int(np.asarray(length))
+                for length in shape
+            ),
+        )
+
+    return specify_shape
