@@ -182,8 +182,9 @@ class JAXGPULinker(DispatchingJAXLinker):
         As ``JITLinker.create_jitable_thunk``, but the thunk passes the input cells'
         values as a list (no generator) and returns the outputs as a list, which
         ``Function`` takes as they are instead of reading them back from the
-        output storage (still written, for whoever reads it). A graph without
-        outputs keeps PyTensor's thunk.
+        output storage (still written, for whoever reads it); its
+        ``run_on_leading_inputs`` runs it on values given for the explicit
+        inputs. A graph without outputs keeps PyTensor's thunk.
         """
         if not self.fgraph.outputs:
             return super().create_jitable_thunk(
@@ -204,9 +205,9 @@ class JAXGPULinker(DispatchingJAXLinker):
         thunk_outputs = [storage_map[variable] for variable in fgraph.outputs]
         fgraph_jit = self.jit_compile(converted)
 
-        def thunk():
+        def run(values: list) -> list:
             try:
-                outputs = list(fgraph_jit(*[cell[0] for cell in thunk_inputs]))
+                outputs = list(fgraph_jit(*values))
             except Exception:  # re-raised with the node's notes, as PyTensor's thunk does
                 if not output_nodes:
                     raise
@@ -215,6 +216,21 @@ class JAXGPULinker(DispatchingJAXLinker):
                 cell[0] = value
             return outputs
 
+        def thunk():
+            return run([cell[0] for cell in thunk_inputs])
+
+        def run_on_leading_inputs(n_leading: int):
+            """The thunk, given the values of the first ``n_leading`` inputs instead of reading
+            their cells, which every call shares: `JAXGPUFunction`'s calls from several threads
+            each run on their own inputs."""
+            cells = thunk_inputs[n_leading:]
+
+            def run_on(leading: list) -> list:
+                return run(leading + [cell[0] for cell in cells])
+
+            return run_on
+
+        thunk.run_on_leading_inputs = run_on_leading_inputs  # type: ignore[attr-defined]
         thunk.inputs = thunk_inputs  # type: ignore[attr-defined]
         thunk.outputs = thunk_outputs  # type: ignore[attr-defined]
         thunk.lazy = False  # type: ignore[attr-defined]
