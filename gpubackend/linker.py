@@ -237,12 +237,15 @@ class JAXGPULinker(DispatchingJAXLinker):
         return [thunk], output_nodes, fgraph_jit
 
     def _input_container(self, position: int, container: Container) -> Container:
-        from gpubackend.device_inputs import DeviceResidentInput, StaticShapeInput
+        from gpubackend.device_inputs import DeviceResidentInput, GeneratorInput, StaticShapeInput
 
         variable = self.fgraph.inputs[position]
         is_shared = isinstance(variable, SharedVariable)
+        container_type: StaticShapeInput | DeviceResidentInput | GeneratorInput
         if position in self.scalar_shape_inputs and not is_shared:
-            container_type: StaticShapeInput | DeviceResidentInput = StaticShapeInput(variable.type)
+            container_type = StaticShapeInput(variable.type)
+        elif isinstance(variable.type, RandomType) and not is_shared:
+            container_type = GeneratorInput(variable.type)
         elif hasattr(variable.type, "dtype") and not is_shared:
             placement = _linked(self.placement)
             container_type = DeviceResidentInput(
