@@ -25,6 +25,9 @@ check costs a read) against the hand jit with the same arrays, and PyMC's NUTS
 sampling time per mode on the small model (PyMC's own ``sampling_time``: the
 compile is excluded; best of 2), beside the same NUTS with the hand jit as its
 logp and gradient (`HandJitNUTS`): what any JAX function costs PyMC's sampler.
+Then what the lock costs a call that updates a shared variable (issue 43: such
+calls from several threads run one at a time): the same JAX_GPU function with
+and without its lock, in the same rounds.
 Every variant of a table is timed in the same rounds, in turn, and every ratio
 is against a baseline from the same run.
 
@@ -212,6 +215,20 @@ def nuts_sampling_time(
     return min(times)
 
 
+def update_lock_cost(number: int, repeat: int) -> tuple[float, float]:
+    """Per-call medians of a JAX_GPU function updating a shared variable (``u + 1``), with its
+    update lock and with the lock taken out (a copy whose calls are not serialised), in the same
+    rounds: what serialising calls with updates costs a call that meets no other thread."""
+    u = pytensor.shared(np.zeros(3), name="u")
+    locked = pytensor.function([], [], updates={u: u + 1}, mode="JAX_GPU")
+    unlocked = locked.copy()
+    unlocked._serialised = None  # the call without the lock, for this comparison only
+    medians = interleaved_medians(
+        {"locked": locked, "unlocked": unlocked}, number=number, repeat=repeat
+    )
+    return medians["locked"], medians["unlocked"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer calls and draws")
@@ -302,6 +319,11 @@ def main() -> None:
                 "the check's cost",
             ),
         ],
+    )
+
+    print_ratio_table(
+        "a call updating a shared variable (median); ratio = with its lock / without",
+        [("u + 1, JAX_GPU", *update_lock_cost(number, repeat), "about 0.1 µs more")],
     )
 
     draws, tune = (300, 200) if args.quick else (1000, 500)

@@ -1,6 +1,7 @@
 """gpubackend: a GPU-aware compilation backend for PyTensor.
 
-Importing it registers ``mode="JAX_GPU"`` (and ``"JAX_GPU_NUMPY"``, numpy outputs) and
+Importing it registers ``mode="JAX_GPU"`` (and ``"JAX_GPU_NUMPY"``, numpy outputs), makes the
+one ``$GPUBACKEND_MODE`` names PyTensor's default mode where it is set, and registers
 gpubackend's compile-time baking rules on PyTensor's registries, and its lowerings
 for when PyTensor loads its JAX or Numba dispatch. It imports neither jax nor numba, so it
 starts no XLA backend and allocates no device memory. When jax is loaded, its
@@ -21,9 +22,10 @@ from gpubackend.errors import (
     UnsupportedOption,
 )
 from gpubackend.linker import JAXGPULinker
-from gpubackend.mode import jax_gpu_mode, register, stock_jax_mode
+from gpubackend.mode import jax_gpu_mode, register, set_default_mode_from_env, stock_jax_mode
 
 register()
+set_default_mode_from_env()
 precision.follow_floatx()
 
 __all__ = [

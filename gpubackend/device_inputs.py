@@ -183,6 +183,29 @@ class StaticShapeInput:
         return f"{self.variable_type} (static)"
 
 
+class GeneratorInput:
+    """A container type for a random generator given as an explicit input: a numpy ``Generator``
+    is converted to JAX's state on every call (``jax_typify``, as PyTensor's JAX linker converts a
+    shared generator once), which leaves the caller's generator as it was, as the reference does.
+    ``jax.jit`` cannot take the ``Generator`` itself."""
+
+    def __init__(self, variable_type: Type):
+        self.variable_type = variable_type
+
+    def filter(self, data: Any, strict: bool = False, allow_downcast: bool | None = None) -> dict:
+        from pytensor.link.jax.dispatch import jax_typify
+
+        return jax_typify(
+            self.variable_type.filter(data, strict=strict, allow_downcast=allow_downcast)
+        )
+
+    def is_valid_value(self, data: Any) -> bool:
+        return isinstance(data, dict) and "jax_state" in data
+
+    def __str__(self) -> str:
+        return f"{self.variable_type} (converted to JAX's state)"
+
+
 class StaticSharedCell:
     """A shared integer that JAX needs as a Python int (a length, such as a PyMC dim's), read
     through the variable's own storage cell on every call: ``jax.jit`` keys its cache on it."""

@@ -182,8 +182,9 @@ class JAXGPULinker(DispatchingJAXLinker):
         As ``JITLinker.create_jitable_thunk``, but the thunk passes the input cells'
         values as a list (no generator) and returns the outputs as a list, which
         ``Function`` takes as they are instead of reading them back from the
-        output storage (still written, for whoever reads it). A graph without
-        outputs keeps PyTensor's thunk.
+        output storage (still written, for whoever reads it); its
+        ``run_on_leading_inputs`` runs it on values given for the explicit
+        inputs. A graph without outputs keeps PyTensor's thunk.
         """
         if not self.fgraph.outputs:
             return super().create_jitable_thunk(
@@ -204,9 +205,9 @@ class JAXGPULinker(DispatchingJAXLinker):
         thunk_outputs = [storage_map[variable] for variable in fgraph.outputs]
         fgraph_jit = self.jit_compile(converted)
 
-        def thunk():
+        def run(values: list) -> list:
             try:
-                outputs = list(fgraph_jit(*[cell[0] for cell in thunk_inputs]))
+                outputs = list(fgraph_jit(*values))
             except Exception:  # re-raised with the node's notes, as PyTensor's thunk does
                 if not output_nodes:
                     raise
@@ -215,18 +216,36 @@ class JAXGPULinker(DispatchingJAXLinker):
                 cell[0] = value
             return outputs
 
+        def thunk():
+            return run([cell[0] for cell in thunk_inputs])
+
+        def run_on_leading_inputs(n_leading: int):
+            """The thunk, given the values of the first ``n_leading`` inputs instead of reading
+            their cells, which every call shares: `JAXGPUFunction`'s calls from several threads
+            each run on their own inputs."""
+            cells = thunk_inputs[n_leading:]
+
+            def run_on(leading: list) -> list:
+                return run(leading + [cell[0] for cell in cells])
+
+            return run_on
+
+        thunk.run_on_leading_inputs = run_on_leading_inputs  # type: ignore[attr-defined]
         thunk.inputs = thunk_inputs  # type: ignore[attr-defined]
         thunk.outputs = thunk_outputs  # type: ignore[attr-defined]
         thunk.lazy = False  # type: ignore[attr-defined]
         return [thunk], output_nodes, fgraph_jit
 
     def _input_container(self, position: int, container: Container) -> Container:
-        from gpubackend.device_inputs import DeviceResidentInput, StaticShapeInput
+        from gpubackend.device_inputs import DeviceResidentInput, GeneratorInput, StaticShapeInput
 
         variable = self.fgraph.inputs[position]
         is_shared = isinstance(variable, SharedVariable)
+        container_type: StaticShapeInput | DeviceResidentInput | GeneratorInput
         if position in self.scalar_shape_inputs and not is_shared:
-            container_type: StaticShapeInput | DeviceResidentInput = StaticShapeInput(variable.type)
+            container_type = StaticShapeInput(variable.type)
+        elif isinstance(variable.type, RandomType) and not is_shared:
+            container_type = GeneratorInput(variable.type)
         elif hasattr(variable.type, "dtype") and not is_shared:
             placement = _linked(self.placement)
             container_type = DeviceResidentInput(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from pytensor.compile.mode import (
@@ -12,6 +13,7 @@ from pytensor.compile.mode import (
     register_linker,
     register_mode,
 )
+from pytensor.configdefaults import config
 
 from gpubackend.devices import DeviceSpec
 from gpubackend.linker import DispatchingJAXLinker, JAXGPULinker, MatmulPrecision, OutputKind
@@ -24,6 +26,8 @@ MODE_NAME = "JAX_GPU"
 NUMPY_MODE_NAME = "JAX_GPU_NUMPY"
 """JAX_GPU returning numpy outputs, for host-side callers (PyMC's samplers, scipy loops)."""
 LINKER_NAME = "jax_gpu"
+DEFAULT_MODE_ENV = "GPUBACKEND_MODE"
+"""Names the mode ``import gpubackend`` makes PyTensor's default (`set_default_mode_from_env`)."""
 
 
 class JAXGPUMode(Mode):
@@ -99,3 +103,22 @@ def register() -> None:
         register_mode(MODE_NAME, jax_gpu_mode())
     if NUMPY_MODE_NAME not in predefined_modes:
         register_mode(NUMPY_MODE_NAME, jax_gpu_mode(outputs="numpy"))
+
+
+def set_default_mode_from_env() -> None:
+    """Make the mode ``$GPUBACKEND_MODE`` names (``JAX_GPU``, ``JAX_GPU_NUMPY``) the default.
+
+    ``PYTENSOR_FLAGS=mode=JAX_GPU`` cannot: PyTensor checks the flag against its
+    own mode names when it is imported, before any plugin exists, and refuses
+    it. ``config.mode`` also takes a ``Mode`` instance, which is what this sets.
+    """
+    name = os.environ.get(DEFAULT_MODE_ENV, "")
+    if not name:
+        return
+    if name not in (MODE_NAME, NUMPY_MODE_NAME):
+        raise ValueError(
+            f"${DEFAULT_MODE_ENV}={name!r}: expected {MODE_NAME!r} or {NUMPY_MODE_NAME!r} "
+            "(unset it to keep PyTensor's default mode; PyTensor's own modes are set with "
+            "PYTENSOR_FLAGS=mode=...)"
+        )
+    config.mode = predefined_modes[name]

@@ -136,3 +136,44 @@ def test_bernoulli_draws_are_integers_inside_the_graph(mode):
     assert gathered_value.shape == (1000,)
     np.testing.assert_array_equal(gathered_value, SIGMA[draws_value])
     assert draws_value.dtype == np.int64
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_shared_generator_its_update_keeps_draws_again(mode):
+    """An update that keeps a shared generator as it is (``{rng: rng}``, as PyMC makes for a
+    ``Truncated``'s while-Scan) leaves a JAX state in it, not the original ``Generator``: stock
+    ``mode="JAX"`` wrote that back and failed in ``jax.jit`` on the second call (issue 43)."""
+    rng = pytensor.shared(np.random.default_rng(1))
+    kept = pytensor.shared(np.random.default_rng(2))
+    next_rng, draw = ptr.normal(rng=rng, size=2).owner.outputs
+    updates = {rng: next_rng, kept: kept}
+    reference = pytensor.function([], draw, updates=updates, mode="FAST_COMPILE")
+    fn = pytensor.function([], draw, updates=updates, mode=mode)
+    draws = [np.asarray(fn()) for _ in range(3)]
+    expected = np.asarray(reference())
+    assert all(d.shape == expected.shape and d.dtype == expected.dtype for d in draws)
+    assert not np.array_equal(draws[0], draws[1])
+
+
+def test_a_generator_given_as_an_input_draws_what_stock_jax_draws_from_a_shared_one():
+    """JAX_GPU converts a numpy ``Generator`` given as an input on every call, as PyTensor's JAX
+    linker converts a shared one (stock ``mode="JAX"`` passes it to ``jax.jit``, which refuses it
+    with a ``TypeError``), and leaves the caller's generator as the reference does (issue 43)."""
+    rng = pt.random.type.random_generator_type("rng")
+    fn = pytensor.function([rng], ptr.normal(rng=rng, size=3), mode="JAX_GPU")
+    reference = pytensor.function([rng], ptr.normal(rng=rng, size=3), mode="FAST_COMPILE")
+    shared_rng = pytensor.shared(np.random.default_rng(1))
+    with pytest.warns(UserWarning, match="RandomType SharedVariables"):
+        stock = pytensor.function([], ptr.normal(rng=shared_rng, size=3), mode=stock_jax_mode())
+    with pytest.raises(TypeError):
+        pytensor.function([rng], ptr.normal(rng=rng, size=3), mode=stock_jax_mode())(
+            np.random.default_rng(1)
+        )
+
+    def state_after(call) -> dict:
+        generator = np.random.default_rng(1)
+        call(generator)
+        return generator.bit_generator.state
+
+    assert state_after(fn) == state_after(reference)
+    np.testing.assert_array_equal(np.asarray(fn(np.random.default_rng(1))), np.asarray(stock()))

@@ -15,7 +15,9 @@ import sys
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytest
+from pytensor.tensor.random.type import RandomGeneratorType
 from scipy import stats
 
 from tests.jax_lowering_harness import JAX_MODES
@@ -87,3 +89,41 @@ def test_the_truncated_normal_registers_in_either_import_order(pymc_first: bool)
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
     )
     assert json.loads(result.stdout.splitlines()[-1]) == "gpubackend.dispatch.jax.truncated_normal"
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_while_scan_truncation_draws_more_than_once(mode: str):
+    """``pm.draw(draws=3)`` calls one function three times; PyMC's updates keep one of the
+    Truncated Poisson's generators as it is, which stock ``mode="JAX"``'s linker wrote back as the
+    original ``Generator``: the second call failed in ``jax.jit`` (issue 43). Stock PyTensor does
+    not lower the while-Scan, so the draws are checked against the reference's shape and the
+    distribution's support."""
+    lower, upper = 2, 9
+    dist = pm.Truncated.dist(pm.Poisson.dist(4.0, size=3), lower=lower, upper=upper)
+    reference = np.asarray(pm.draw(dist, draws=3, mode="FAST_COMPILE", random_seed=1))
+    draws = np.asarray(pm.draw(dist, draws=3, mode=mode, random_seed=1))
+    assert draws.shape == reference.shape and draws.dtype == reference.dtype
+    assert lower <= draws.min() and draws.max() <= upper
+
+
+def test_a_while_scan_truncation_takes_its_generator_as_an_input():
+    """A numpy ``Generator`` given as an input to a Truncated Poisson's graph (a while-Scan) draws
+    under JAX_GPU; stock ``mode="JAX"``'s linker hands it to ``jax.jit``, which refuses it with
+    the ``TypeError`` stock PyTensor raises for any graph given a ``Generator`` (issue 43)."""
+    lower, upper = 2, 9
+    dist = pm.Truncated.dist(pm.Poisson.dist(4.0, size=3), lower=lower, upper=upper)
+    generators = [
+        variable
+        for variable in pytensor.graph.traversal.ancestors([dist])
+        if isinstance(variable.type, RandomGeneratorType)
+    ]
+    rng = RandomGeneratorType()("rng")
+    graph = pytensor.graph.clone_replace(dist, dict.fromkeys(generators, rng))
+    reference = np.asarray(
+        pytensor.function([rng], graph, mode="FAST_COMPILE")(np.random.default_rng(1))
+    )
+    draws = np.asarray(pytensor.function([rng], graph, mode="JAX_GPU")(np.random.default_rng(1)))
+    assert draws.shape == reference.shape and draws.dtype == reference.dtype
+    assert lower <= draws.min() and draws.max() <= upper
+    with pytest.raises(TypeError, match="Generator"):
+        pytensor.function([rng], graph, mode="JAX")(np.random.default_rng(1))

@@ -30,6 +30,7 @@ from pytensor.graph.rewriting.basic import graph_rewriter
 from pytensor.graph.traversal import ancestors
 from pytensor.scan.op import Scan
 from pytensor.tensor.basic import Alloc, AllocEmpty, ARange, Eye
+from pytensor.tensor.random.type import RandomType
 from pytensor.tensor.shape import Reshape
 from pytensor.tensor.type import TensorType
 
@@ -87,4 +88,38 @@ optdb.register(
     REWRITE_TAG,
     *(["jax"] if DEFAULT_LOWERINGS == "gpubackend" else []),
     position=101,
+)
+
+
+@graph_rewriter
+def generator_kept_by_its_update_through_a_view(fgraph: FunctionGraph) -> None:
+    """An update that keeps a shared generator as it is (``{rng: rng}``, which PyMC makes for the
+    generators of a ``Truncated``'s while-Scan) returns it through a ``ViewOp``.
+
+    PyTensor's JAX linker swaps each shared generator for a copy after it has
+    mapped the graph's storage, and its thunk returns nothing, so ``Function``
+    reads the outputs back from that storage: an output that is the generator
+    itself reads the original ``Generator``, which the update then writes into
+    the copy's cell, and the next call fails in ``jax.jit``. As a view's output
+    it has a cell of its own, which the thunk fills with the state the call
+    returned. The rewrite would go if the linker mapped the copy's storage.
+    """
+    from pytensor.compile.ops import view_op
+
+    for output_position, input_position in fgraph.update_mapping.items():
+        generator = fgraph.inputs[input_position]
+        if fgraph.outputs[output_position] is generator and isinstance(generator.type, RandomType):
+            fgraph.change_node_input(
+                *fgraph.get_output_client(output_position),
+                view_op(generator),
+                reason="generator_kept_by_its_update_through_a_view",
+            )
+
+
+optdb.register(
+    "jax_generator_kept_by_its_update_through_a_view",
+    generator_kept_by_its_update_through_a_view,
+    REWRITE_TAG,
+    *(["jax"] if DEFAULT_LOWERINGS == "gpubackend" else []),
+    position=101.5,
 )
