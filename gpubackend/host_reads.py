@@ -12,9 +12,10 @@ calls the jitted function and:
 
 - returns at once when there is nothing to read (``HostReads`` empty: every
   output of static shape, every check proven), so the call stays asynchronous;
-- runs it as two computations where the linker asks for that
-  (`LoweringContext.split_ladder`, the host platform only): the higher rungs
-  only where the lower ones overflowed, read in between (`SplitLadder`);
+- runs a while-Scan graph's ladder split where the linker asks for that (the
+  host platform; elsewhere a graph whose one computation's temporaries exceed
+  the memory budget, `memory_budget`): the higher rungs only where the lower
+  ones overflowed, read in between (`SplitLadder`);
 - otherwise reads everything in one read (`read_back`): the lengths of the
   outputs of run-time length (each is then cut to its length on the device),
   the error code of the run-time checks (raising the reference's error type),
@@ -31,11 +32,12 @@ check is left unproven (`raise_checked`).
 
 Nothing is shared between calls but the last counts or rung seen (a rung too
 low is climbed again, a higher one gives the same values), and which input
-signatures need no continuation (each replaced whole).
+signatures run as one computation and which split (each set replaced whole).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -102,11 +104,15 @@ class HostReadPlan:
     `at_rung`). Its outputs are then sized by the rung that sufficed, never by the bound. A call may
     then run twice, so it donates nothing."""
     continuation: Callable | None = None
-    """Where the graph runs as a split ladder (`interpreter.LadderedGraph`): ``fn`` returns
+    """Where the graph may run as a split ladder (`interpreter.LadderedGraph`): ``fn`` returns
     ``(outputs, HostReads, overflow)``, and where ``overflow`` is set (read back),
     ``continuation(rung, *inputs) -> (outputs, HostReads, overflow)`` runs the graph again with the
     room of the higher rung ``rung`` (0 first), each while the one before overflowed. Only the
     last rung donates."""
+    whole: Callable | None = None
+    """With a continuation: the graph as one computation, every rung in it, called as ``fn`` is
+    (its overflow None), which the linker runs off the host platform where its temporaries fit
+    the memory budget (`SplitLadder`)."""
 
 
 class LoweredGraph(NamedTuple):
@@ -123,43 +129,113 @@ class SplitLadder:
 
     The continuation runs only where the lower rungs overflowed, which the call
     reads (one `read_back` of the flag): dispatched unread, it would cost every
-    call the mapping of its temporaries (about 50 µs at a 10,000-step bound of
-    a 1000-wide gradient), and a dispatch. The ladder is split only on the host
-    platform, where the flag is host memory: the read waits for the lower rungs
-    and copies nothing. The continuation climbs one rung per computation, each
-    only where the one below overflowed (read likewise), so its temporaries
-    follow the steps taken, never the bound; a call starts on the higher rung
-    the last call ended on.
+    call the mapping of its temporaries on the CPU (about 50 µs at a
+    10,000-step bound of a 1000-wide gradient), and a dispatch. The
+    continuation climbs one rung per computation, each only where the one below
+    overflowed (read likewise), so its temporaries follow the steps taken,
+    never the bound; a call starts on the higher rung the last call ended on.
+
+    On the host platform the flag is host memory: the read waits for the lower
+    rungs and copies nothing, and every call runs split. Elsewhere a read is a
+    device-to-host sync, so a call runs split only where memory is at stake:
+    ``fits`` says, once per signature (the inputs' shapes and static values),
+    whether the graph as one computation, `alone`, keeps its temporaries
+    within the memory budget; if so the signature runs it, reading nothing.
 
     Each needs the call's inputs while another may follow, so none donates but
-    the lower rungs of a graph whose ladder has no higher rung (for the inputs'
-    shapes and static values), learnt on its first call: from then on they run
-    alone, donating the buffers of updated shared variables.
+    `alone`, which runs by itself: the one computation where it fits, or, on
+    the host platform, the lower rungs of a graph whose ladder has no higher
+    rung (for the signature), learnt on its first call. It donates the buffers
+    of updated shared variables.
     """
 
-    def __init__(self, lower: Callable, lower_donating: Callable, higher: Callable):
+    def __init__(
+        self,
+        lower: Callable,
+        alone: Callable,
+        higher: Callable,
+        *,
+        on_host_platform: bool,
+        fits: Callable[..., bool] | None = None,
+    ):
         self._lower = lower
-        self._lower_donating = lower_donating
+        self._run_alone = alone
         self._higher = higher
+        self._on_host_platform = on_host_platform
+        self._fits = fits
         self._alone: frozenset = frozenset()
-        """Signatures whose ladder has no higher rung (replaced whole, never mutated)."""
+        """Signatures that run `alone` (replaced whole, never mutated)."""
+        self._split: frozenset = frozenset()
+        """Signatures that ``fits`` found over the budget (replaced whole, never mutated)."""
         self._rung = 0
         """The higher rung the last call that climbed ended on."""
 
     def __call__(self, step_counts: tuple, *args):
         signature = (step_counts, *(_signature(arg) for arg in args))
+        if signature not in self._alone and self._fits is not None:
+            if signature not in self._split:
+                if self._fits(step_counts, *args):
+                    self._alone = self._alone | {signature}
+                else:
+                    self._split = self._split | {signature}
         if signature in self._alone:
-            outputs, reads, _ = self._lower_donating(step_counts, *args)
+            outputs, reads, _ = self._run_alone(step_counts, *args)
             return outputs, reads
         outputs, reads, overflow = self._lower(step_counts, *args)
         if overflow is None:
             self._alone = self._alone | {signature}
             return outputs, reads
         rung = self._rung
-        while overflow is not None and read_back((overflow,), on_host_platform=True)[0]:
+        while overflow is not None and read_back((overflow,), self._on_host_platform)[0]:
             outputs, reads, overflow = self._higher(rung, *args)
             self._rung, rung = rung, rung + 1
         return outputs, reads
+
+
+MEMORY_BUDGET_ENV = "GPUBACKEND_WHILE_SCAN_MEMORY_BUDGET"
+DEFAULT_MEMORY_BUDGET = 1 << 30
+"""Bytes, where neither the environment nor the device says (a device without memory stats)."""
+MEMORY_BUDGET_SHARE = 16
+"""The budget's share of the smallest device memory limit: one 16th."""
+
+
+def memory_budget(devices: Sequence[jax.Device]) -> int:
+    """The bytes of temporaries a while-Scan graph may take as one computation off the host
+    platform (`SplitLadder`): ``$GPUBACKEND_WHILE_SCAN_MEMORY_BUDGET``, else a 16th of the
+    smallest memory limit of ``devices``, else 1 GiB."""
+    value = os.environ.get(MEMORY_BUDGET_ENV, "").strip()
+    if value:
+        try:
+            budget = int(value)
+        except ValueError:
+            budget = -1
+        if budget < 0:
+            raise ValueError(
+                f"${MEMORY_BUDGET_ENV}={value!r}: expected a number of bytes (a non-negative "
+                "integer), the temporaries a while-Scan graph may take as one computation on a "
+                "GPU; unset it for the default, a 16th of the device's memory"
+            )
+        return budget
+    limits = [
+        stats["bytes_limit"]
+        for stats in (device.memory_stats() for device in devices)
+        if stats and "bytes_limit" in stats
+    ]
+    return min(limits) // MEMORY_BUDGET_SHARE if limits else DEFAULT_MEMORY_BUDGET
+
+
+def fits_budget(jitted: Callable, budget: int) -> Callable[..., bool]:
+    """Whether ``jitted``'s computation for a call's arguments keeps its temporaries within
+    ``budget`` bytes, as XLA sizes them when it compiles it (the compile the call then reuses).
+    A backend that does not say is taken to fit."""
+    # A function that reads its checks (`raise_checked`) lowers as the jitted call it wraps.
+    jit = jitted if hasattr(jitted, "lower") else jitted.__wrapped__  # type: ignore[attr-defined]
+
+    def fits(*args) -> bool:
+        analysis = jit.lower(*args).compile().memory_analysis()
+        return analysis is None or analysis.temp_size_in_bytes <= budget
+
+    return fits
 
 
 def _signature(value):
@@ -266,4 +342,5 @@ def raise_checked(call: Callable, on_host_platform: bool) -> Callable:
             raise IndexError(failure.removesuffix(" (`check` failed)"))
         return outputs
 
+    read_then_return.__wrapped__ = call  # type: ignore[attr-defined]
     return read_then_return

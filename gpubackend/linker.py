@@ -266,7 +266,6 @@ class JAXGPULinker(DispatchingJAXLinker):
         return LoweringContext(
             reads_back=True,
             jax_differentiable=False,
-            split_ladder=_linked(self.placement).on_host_platform,
             inner_index_checks=_linked(self.inner_index_checks),
         )
 
@@ -392,7 +391,12 @@ class JAXGPULinker(DispatchingJAXLinker):
         return traced_at_precision
 
     def _jit_graph(self, lowered: LoweredGraph, jitted):
-        from gpubackend.host_reads import HostReadingFunction, SplitLadder
+        from gpubackend.host_reads import (
+            HostReadingFunction,
+            SplitLadder,
+            fits_budget,
+            memory_budget,
+        )
 
         shared_updates = set(self.fgraph.update_mapping.values())
         updated = tuple(sorted(shared_updates - set(self.scalar_shape_inputs)))
@@ -415,9 +419,21 @@ class JAXGPULinker(DispatchingJAXLinker):
         # The continuation's rung is static as the step counts are; a rung may be followed by
         # another, so it donates nothing.
         higher = jitted(plan.continuation, static, leading=1)
-        ladder = SplitLadder(
-            jitted(fn, static, leading=1), jitted(fn, static, donated, leading=1), higher
-        )
+        lower = jitted(fn, static, leading=1)
+        if on_host_platform:
+            # XLA maps large temporaries afresh on every call, and the flag is host memory: always
+            # split.
+            ladder = SplitLadder(
+                lower, jitted(fn, static, donated, leading=1), higher, on_host_platform=True
+            )
+        else:
+            # Reading the flag is a sync: split only where one computation's temporaries, which
+            # XLA sizes for the bound, exceed the budget.
+            whole = jitted(plan.whole, static, donated, leading=1)
+            budget = memory_budget(_linked(self.placement).devices)
+            ladder = SplitLadder(
+                lower, whole, higher, on_host_platform=False, fits=fits_budget(whole, budget)
+            )
         return HostReadingFunction(ladder, plan, on_host_platform=on_host_platform)
 
     def _outputs_to_host(self, call):

@@ -58,6 +58,7 @@ class Placement:
     description: str
     platform: str
     """The devices' platform ("cpu", "gpu")."""
+    devices: tuple[jax.Device, ...]
 
     @property
     def on_host_platform(self) -> bool:
@@ -69,7 +70,12 @@ class Placement:
     def on_device(cls, device: jax.Device, n_inputs: int) -> Placement:
         sharding = SingleDeviceSharding(device)
         return cls(
-            (sharding,) * n_inputs, (None,) * n_inputs, sharding, str(device), device.platform
+            (sharding,) * n_inputs,
+            (None,) * n_inputs,
+            sharding,
+            str(device),
+            device.platform,
+            (device,),
         )
 
     @classmethod
@@ -101,6 +107,7 @@ class Placement:
             None,
             description,
             devices[0].platform,
+            tuple(devices),
         )
 
 

@@ -29,11 +29,6 @@ class LoweringContext:
     nested: bool = False
     """The graph being lowered is the inner graph of another op."""
 
-    split_ladder: bool = False
-    """A while-Scan graph's capacity ladder runs as two computations, the first rung and the rest
-    (`while_scan.interpreter.LadderedGraph`): JAX_GPU on the CPU, where XLA maps large temporaries
-    afresh on every call."""
-
     jax_differentiable: bool = True
     """JAX may differentiate the lowered function. JAX_GPU's never is: PyTensor's gradients are
     graphs of their own."""
@@ -51,7 +46,7 @@ class LoweringContext:
 
         Same function, same cache, nothing read back.
         """
-        return replace(self, reads_back=False, nested=True, split_ladder=False)
+        return replace(self, reads_back=False, nested=True)
 
 
 def lowering_context(kwargs: dict[str, Any]) -> LoweringContext:

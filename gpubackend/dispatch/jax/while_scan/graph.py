@@ -79,12 +79,13 @@ def lowered_while_scan_graph(
             return LoweredGraph(climbing, HostReadPlan(plan.checks, positions, climbs=True))
 
         # A graph without a while-Scan (only index checks) has no ladder to split.
-        if not context.split_ladder or not plan.while_scans:
+        if not plan.while_scans:
             return LoweredGraph(
                 lambda step_counts, *inputs: returned(*graph.whole(*inputs)[:2]),
                 HostReadPlan(plan.checks, positions),
             )
 
+        # The ladder split, and whole: the linker chooses (`host_reads.SplitLadder`).
         def lower_rungs(step_counts: tuple, *inputs):
             outputs, error_code, overflow = graph.lower(*inputs)
             return (*returned(outputs, error_code), overflow)
@@ -93,8 +94,13 @@ def lowered_while_scan_graph(
             outputs, error_code, overflow = graph.at_rung(LOWER_RUNGS + rung, *inputs)
             return (*returned(outputs, error_code), overflow)
 
+        def every_rung(step_counts: tuple, *inputs):
+            outputs, error_code, _ = graph.whole(*inputs)
+            return (*returned(outputs, error_code), None)
+
         return LoweredGraph(
-            lower_rungs, HostReadPlan(plan.checks, positions, continuation=higher_rungs)
+            lower_rungs,
+            HostReadPlan(plan.checks, positions, continuation=higher_rungs, whole=every_rung),
         )
     run_time_lengths = set(plan.run_time_lengths)
 
