@@ -17,6 +17,7 @@ from gpubackend.errors import (
     ForkAfterJAXWarning,
     InputDeviceError,
     ObjectModeFallbackWarning,
+    ShapeMismatchError,
     UnsupportedMethod,
     UnsupportedOption,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "InputDeviceError",
     "JAXGPULinker",
     "ObjectModeFallbackWarning",
+    "ShapeMismatchError",
     "UnsupportedMethod",
     "UnsupportedOption",
     "jax_gpu_mode",
