@@ -21,6 +21,9 @@ WHILE_FLAGS ?=
 # The stock-superset differential run of each CI leg (README, "Stock supersets"): how many generated
 # graphs run with PyTensor's JAX lowerings and with gpubackend's; a violation fails the leg.
 SUPERSET_GRAPHS ?= 100
+# The index differential run of each CI leg (README, "Index differential"): how many generated plain
+# graphs indexing at literal positions; a failing verdict fails the leg.
+INDEX_GRAPHS ?= 24
 
 .PHONY: venv run test lint bench conformance ci-legs pymc-extras constraints clean
 
@@ -49,10 +52,12 @@ bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
 # The CPU leg's conformance run: NUMBA on the host, JAX on simulated device cpu:1, the while-Scan
-# differential run of every JAX path and NUMBA, and the stock-superset differential.
+# differential run of every JAX path and NUMBA, the index differential's and the stock-superset
+# differential.
 conformance: $(STAMP)
 	$(PY) -m gpubackend conformance --backend numba jax --device cpu cpu:1 --label "cpu leg" --out $(REPORTS)/cpu \
-		--generated-while $(WHILE_GRAPHS) $(WHILE_FLAGS) --stock-superset $(SUPERSET_GRAPHS)
+		--generated-while $(WHILE_GRAPHS) $(WHILE_FLAGS) --generated-index $(INDEX_GRAPHS) \
+		--stock-superset $(SUPERSET_GRAPHS)
 
 # After `make test`, .ci/run runs this: the CPU leg's conformance run, the rehearsed
 # GPU leg, and the matrix that merges both, as the workflow's legs do. The rehearsed
@@ -60,7 +65,7 @@ conformance: $(STAMP)
 # target), so it is skipped there.
 ci-legs: conformance
 	WHILE_GRAPHS=$(WHILE_GRAPHS) WHILE_FLAGS="$(WHILE_FLAGS)" SUPERSET_GRAPHS=$(SUPERSET_GRAPHS) \
-		ci/gpu/run.sh --simulate --no-pytest
+		INDEX_GRAPHS=$(INDEX_GRAPHS) ci/gpu/run.sh --simulate --no-pytest
 	$(PY) -m gpubackend conformance merge $(REPORTS)/cpu/conformance.json $(REPORTS)/gpu-simulated/conformance.json --out $(REPORTS)/matrix
 
 # pymc-extras' own tests, without and with gpubackend imported first, in the default mode and with

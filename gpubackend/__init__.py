@@ -18,6 +18,7 @@ from gpubackend.errors import (
     ForkAfterJAXWarning,
     InputDeviceError,
     ObjectModeFallbackWarning,
+    ShapeMismatchError,
     UnsupportedMethod,
     UnsupportedOption,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "InputDeviceError",
     "JAXGPULinker",
     "ObjectModeFallbackWarning",
+    "ShapeMismatchError",
     "UnsupportedMethod",
     "UnsupportedOption",
     "jax_gpu_mode",

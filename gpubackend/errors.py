@@ -15,6 +15,11 @@ class DataDependentLengthError(NotImplementedError):
     JAX needs it while tracing."""
 
 
+class ShapeMismatchError(AssertionError, ValueError):
+    """An array's shape differs from the one ``specify_shape`` declares for it: the reference's
+    ``AssertionError``, and the ``ValueError`` PyTensor's JAX lowering raises."""
+
+
 class ObjectModeFallbackWarning(UserWarning):
     """An optimize op runs scipy in Numba object mode: gpubackend has no native solver for its
     method and options."""

@@ -204,7 +204,7 @@ def test_gpu_leg_uses_a_provisioned_python_and_names_what_it_lacks(tmp_path):
     assert "lacks: pytensor, jax, numba, optimistix" in result.stderr
 
 
-LEG_BUDGETS = ("WHILE_GRAPHS", "WHILE_FLAGS", "SUPERSET_GRAPHS")
+LEG_BUDGETS = ("WHILE_GRAPHS", "WHILE_FLAGS", "SUPERSET_GRAPHS", "INDEX_GRAPHS")
 """The environment that sets the CI legs' differential runs; the tests check the defaults."""
 
 
@@ -229,6 +229,7 @@ def test_cpu_leg_runs_the_while_scan_differential(tmp_path, flags, report_only):
     command = " ".join(result.stdout.split())
     assert "-m gpubackend conformance" in command and "--generated-while 18" in command
     assert ("--while-report-only" in command) == report_only
+    assert "--generated-index 24" in command
     assert "--stock-superset 100" in command
 
 
@@ -255,4 +256,5 @@ def test_gpu_leg_runs_the_while_scan_differential_on_the_jax_paths(tmp_path, fla
     command = recorded.read_text()
     assert "--generated-while 18 --while-modes jax jax-registered jaxified" in command
     assert ("--while-report-only" in command) == report_only
+    assert "--generated-index 24 --index-modes jax jax-registered jaxified" in command
     assert "--stock-superset 200" in command

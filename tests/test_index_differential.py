@@ -109,16 +109,11 @@ def test_take_past_the_length_raises_the_references_error_on_numba() -> None:
     _assert_rule(ISSUE_GRAPHS["take(x, 9)"], [("numba", "cpu")])
 
 
-SPECIFY_SHAPE_REASON = (
-    "PyTensor's rewrites turn a literal index array in arithmetic progression into a slice checked "
-    "by SpecifyShape, and PyTensor's JAX lowering of SpecifyShape (which gpubackend does not "
-    "replace) raises ValueError where the reference raises AssertionError and numpy IndexError"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=SPECIFY_SHAPE_REASON)
 @pytest.mark.parametrize("mode", JAX_PATHS)
 def test_index_array_past_the_end_of_a_run_time_length(mode: str) -> None:
+    # PyTensor's rewrites turn the literal index array into a slice checked by SpecifyShape. Before:
+    # PyTensor's JAX lowering of SpecifyShape raised ValueError where FAST_COMPILE raises
+    # AssertionError (`upstream`: numpy raises IndexError); now ShapeMismatchError, both.
     _assert_rule(IndexSpec("take", "array", (0,), 2, static=False), [(mode, JAX_DEVICE)])
 
 

@@ -11,6 +11,7 @@ from pytensor.compile.builders import OpFromGraph
 # Assert (and tests share a process with the PyMC tests); CheckAndRaise is PyTensor's own.
 from pytensor.raise_op import CheckAndRaise
 
+from gpubackend import ShapeMismatchError
 from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference
 
 
@@ -49,5 +50,41 @@ def test_specify_shape_at_a_length_evaluated_while_tracing(mode):
     x, y = pt.dvector("x"), pt.dvector("y")
     out = specified(y, pt.stack([x.shape[0]]))
     assert_matches_reference([x, y], [out], [np.ones(3), np.linspace(0, 1, 3)], mode)
-    with pytest.raises(ValueError, match="Invalid shape"):
+    with pytest.raises(ShapeMismatchError, match=r"has shape \(3,\), expected \(2,\)"):
         pytensor.function([x, y], out, mode=mode)(np.ones(2), np.ones(3))
+
+
+def _reference_error(inputs, outputs, values) -> type[BaseException]:
+    with pytest.raises(Exception) as reference:
+        pytensor.function(inputs, outputs, mode="FAST_COMPILE")(*values)
+    return reference.type
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_specify_shape_mismatch_raises_the_references_error_type(mode):
+    # Before: stock's ValueError("Invalid shape ..."), where the reference raises AssertionError.
+    x = pt.vector("x")
+    out = pt.specify_shape(x, (3,)) * 2
+    assert_matches_reference([x], [out], [np.ones(3)], mode)
+    reference_error = _reference_error([x], [out], [np.ones(2)])
+    with pytest.raises(reference_error, match=r"SpecifyShape: x has shape \(2,\), expected \(3,\)"):
+        pytensor.function([x], out, mode=mode)(np.ones(2))
+    # Stock's error type too: code catching stock's ValueError still catches it.
+    with pytest.raises(ValueError):
+        pytensor.function([x], out, mode=mode)(np.ones(2))
+
+
+def test_specify_shape_of_a_run_time_length_is_checked_at_run_time_on_jax_gpu():
+    # Before: TracerBoolConversionError while tracing, whatever the length (stock mode="JAX" keeps
+    # it: a run-time check there would cost a host callback).
+    x, n = pt.vector("x"), pt.scalar("n", dtype="int64")
+    out = pt.specify_shape(x, (n,)) * 2
+    assert_matches_reference([x, n], [out], [np.ones(3), np.asarray(3)], "JAX_GPU")
+    reference_error = _reference_error([x, n], [out], [np.ones(2), np.asarray(3)])
+    fn = pytensor.function([x, n], out, mode="JAX_GPU")
+    with pytest.raises(
+        reference_error, match=r"the shape of x differs from the one specified, \(n\)"
+    ):
+        fn(np.ones(2), np.asarray(3))
+    with pytest.raises(ShapeMismatchError):
+        fn(np.ones(3), np.asarray(2))

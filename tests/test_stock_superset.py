@@ -333,6 +333,23 @@ def test_reshape_arange_split_and_specify_shape() -> None:
     compare_drawn("Reshape/ARange/Split/SpecifyShape", length_graphs(), 32)
 
 
+def test_a_specified_shape_mismatch_is_a_refined_error_on_every_path() -> None:
+    # Stock raises ValueError; ours ShapeMismatchError, also the reference's AssertionError: a
+    # subclass of stock's error, which the verdict counts as refined, never as a violation.
+    x = pt.vector("x")
+    graph = SupersetGraph(
+        "specify_shape",
+        "x of length 2 specified as 3",
+        (x,),
+        (pt.specify_shape(x, (3,)) * 2,),
+        (np.ones(2),),
+        float_input=0,
+    )
+    comparison = compare(graph)
+    assert not comparison.problems
+    assert set(comparison.paths.values()) == {"refined"}
+
+
 # --- CheckAndRaise --------------------------------------------------------------------------------
 
 CONDITIONS: dict[str, tuple[Callable, bool]] = {

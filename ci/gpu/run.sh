@@ -14,9 +14,10 @@
 #
 # The conformance run includes the while-Scan differential run of the JAX paths on the leg's device:
 # $WHILE_GRAPHS generated graphs (default 18), whose failing verdicts fail the leg unless $WHILE_FLAGS holds
-# --while-report-only. It also runs the stock-superset differential: $SUPERSET_GRAPHS generated graphs
-# (default 200) with PyTensor's JAX lowerings and gpubackend's, on JAX's default device (the GPU); a
-# violation fails the leg.
+# --while-report-only; the index differential run of the JAX paths: $INDEX_GRAPHS generated plain
+# graphs indexing at literal positions (default 24), whose failing verdicts fail the leg. It also runs
+# the stock-superset differential: $SUPERSET_GRAPHS generated graphs (default 200) with PyTensor's JAX
+# lowerings and gpubackend's, on JAX's default device (the GPU); a violation fails the leg.
 #
 # Then it times whole sampling runs of large models on every sampler path against NUMBA
 # (benchmarks/bench_models.py): the full sizes within $BENCH_MODELS_BUDGET seconds (default 240) on
@@ -105,6 +106,7 @@ device="$GPUBACKEND_DEVICE"
 # shellcheck disable=SC2086  # WHILE_FLAGS holds zero or more flags
 "$py" -m gpubackend conformance --backend jax --device "$device" --label "$label" --out "$reports" \
   --generated-while "${WHILE_GRAPHS:-18}" --while-modes jax jax-registered jaxified ${WHILE_FLAGS:-} \
+  --generated-index "${INDEX_GRAPHS:-24}" --index-modes jax jax-registered jaxified \
   --stock-superset "${SUPERSET_GRAPHS:-200}"
 
 # The sampler paths' packages are the test extra's; a provisioned Python may lack them.

@@ -14,7 +14,12 @@ host instead, with the stock lowering's checks. SpecifyShape's stock lowering
 compares each expected length with Python's ``!=``, which inside ``jax.jit``
 stages a comparison with a concrete ``jax.Array`` (shape arithmetic evaluated
 while tracing: the length of a variable packed into an optimize op's ``x``) and
-fails on its traced result: such a length is read on the host first.
+fails on its traced result: such a length is read on the host first. A length
+known while tracing that the array's differs from raises `ShapeMismatchError`
+then: the reference's ``AssertionError``, and stock's ``ValueError``. A length
+known only at run time is left to stock's check (its error for a traced value),
+except at the top of a linker that reads back (JAX_GPU), which checks it at run
+time (`while_scan.allocation.checked_specify_shape`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from pytensor.tensor.shape import Reshape, SpecifyShape
 
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 from gpubackend.dispatch.jax.tracing import is_traced
+from gpubackend.errors import ShapeMismatchError
 
 
 def _stock_or_none(op_type: type, op, node, kwargs) -> Callable | None:
@@ -113,17 +119,48 @@ def jax_funcify_Split(op: Split, node=None, **kwargs) -> Callable:
     return split
 
 
+def specified_lengths(shape) -> tuple:
+    """SpecifyShape's declared lengths: a Python int where known while tracing, None for any
+    length, else the traced value."""
+    return tuple(
+        length if length is None or is_traced(length) else int(np.asarray(length))
+        for length in shape
+    )
+
+
+def check_known_lengths(node, x, lengths: tuple, axes: int) -> None:
+    """Raise `ShapeMismatchError` where one of the first ``axes`` lengths of ``x`` differs from its
+    declared length known while tracing (``lengths``, `specified_lengths`)."""
+    shape = tuple(x.shape)
+    if any(
+        isinstance(length, int) and actual != length
+        for actual, length in zip(shape[:axes], lengths[:axes], strict=True)
+    ):
+        specified = tuple("?" if is_traced(length) else length for length in lengths)
+        legend = [
+            meaning
+            for mark, meaning in ((None, "None: any length"), ("?", "?: known only at run time"))
+            if mark in specified
+        ]
+        raise ShapeMismatchError(
+            f"{node.op}: {node.inputs[0]} has shape {shape}, expected {specified}"
+            + (f" ({', '.join(legend)})" if legend else "")
+        )
+
+
 @replaces(SpecifyShape)
 def jax_funcify_SpecifyShape(op: SpecifyShape, node=None, **kwargs) -> Callable:
     stock_specify_shape = stock_lowering(SpecifyShape)(op, node=node, **kwargs)
 
     def specify_shape(x, *shape):
-        return stock_specify_shape(
-            x,
-            *(
-                length if length is None or is_traced(length) else int(np.asarray(length))
-                for length in shape
-            ),
-        )
+        lengths = specified_lengths(shape)
+        traced = [axis for axis, length in enumerate(lengths) if is_traced(length)]
+        # Stock checks the axes in order: up to the first length known only at run time, here.
+        check_known_lengths(node, x, lengths, traced[0] if traced else len(lengths))
+        if traced:
+            # That length: stock's check, and its error for a traced length (a linker that reads
+            # back checks it at run time instead: `while_scan.allocation.checked_specify_shape`).
+            return stock_specify_shape(x, *lengths)
+        return x
 
     return specify_shape

@@ -15,10 +15,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.tensor.basic import Alloc, AllocEmpty, Join, Split
-from pytensor.tensor.shape import SpecifyShape
+from pytensor.tensor.shape import Shape, Shape_i, SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
+from gpubackend.dispatch.jax.shape import check_known_lengths, specified_lengths
+from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.dispatch.jax.while_scan.arrays import on_buffers
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult
 from gpubackend.dispatch.jax.while_scan.rules import BoundedLowering, bounded_jax_funcify
@@ -38,6 +41,7 @@ from gpubackend.dispatch.jax.while_scan.values import (
     tabulated,
     value_of,
 )
+from gpubackend.errors import ShapeMismatchError
 from gpubackend.host_reads import RuntimeCheck
 
 NEGATIVE_LENGTH = RuntimeCheck(ValueError, "negative dimensions are not allowed")
@@ -186,3 +190,54 @@ def _specify_shape(op: SpecifyShape, node, input_kinds, **kwargs) -> BoundedLowe
         return NodeResult(x, tuple(same_length(sizes[axis], shape[axis]) for axis in declared))
 
     return BoundedLowering(specified, ("array",), checks)
+
+
+def _from_shapes(length: Variable) -> bool:
+    """Whether ``length`` is computed from constants and input shapes alone (which `fgraph`
+    evaluates while tracing)."""
+    pending, seen = [length], set()
+    while pending:
+        variable = pending.pop()
+        if variable in seen or isinstance(variable, Constant):
+            continue
+        seen.add(variable)
+        if variable.owner is None:
+            return False
+        if not isinstance(variable.owner.op, Shape | Shape_i):
+            pending.extend(variable.owner.inputs)
+    return True
+
+
+def run_time_specified_shapes(order) -> set[Apply]:
+    """The SpecifyShape nodes among ``order`` declaring a length computed from an input's value,
+    known only at run time."""
+    return {
+        node
+        for node in order
+        if isinstance(node.op, SpecifyShape)
+        and not all(_from_shapes(length) for length in node.inputs[1:])
+    }
+
+
+def checked_specify_shape(op: SpecifyShape, node: Apply, **kwargs) -> BoundedLowering:
+    """The top graph's check of a length known only at run time (for a linker that reads back);
+    lengths known while tracing are checked then."""
+    lengths = ", ".join(str(length) for length in node.inputs[1:])
+    checks = (
+        RuntimeCheck(
+            ShapeMismatchError,
+            f"{op}: the shape of {node.inputs[0]} differs from the one specified, ({lengths})",
+        ),
+    )
+
+    def specify_shape(x, *shape):
+        lengths = specified_lengths(shape)
+        check_known_lengths(node, x, lengths, len(lengths))
+        traced = [
+            actual == length
+            for actual, length in zip(jnp.shape(x), lengths, strict=True)
+            if is_traced(length)
+        ]
+        return NodeResult(x, (jnp.all(jnp.stack(traced)) if traced else True,))
+
+    return BoundedLowering(specify_shape, (None,), checks)

@@ -14,8 +14,10 @@ PyTensor may trim, through the rules of `bounded_jax_funcify`, and picks:
 - None: no trace of the graph may be trimmed.
 
 For a linker that reads back, the plan also checks the integer indices known
-only at run time (`index_checks`), and the brackets of bracketing root finds
-(`brackets`), in graphs with or without a while-Scan.
+only at run time (`index_checks`), the brackets of bracketing root finds
+(`brackets`) and the lengths ``specify_shape`` declares that are known only at
+run time (`allocation.checked_specify_shape`), in graphs with or without a
+while-Scan.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ from pytensor.raise_op import CheckAndRaise
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.index_checks import index_checked_nodes
+from gpubackend.dispatch.jax.while_scan.allocation import (
+    checked_specify_shape,
+    run_time_specified_shapes,
+)
 from gpubackend.dispatch.jax.while_scan.brackets import bracketed_root_finds, checked_bracket
 from gpubackend.dispatch.jax.while_scan.indexing import checked_indexing
 from gpubackend.dispatch.jax.while_scan.lengths import checks_data_at_run_time
@@ -73,12 +79,13 @@ class ExactLengthsNeeded:
     reason: str
 
     index_checks: Mapping[Apply, BoundedLowering] = field(default_factory=dict)
-    """The checked lowering of each indexing node with an index known only at run time, and of
-    each bracketing root find (for a linker that reads back)."""
+    """The checked lowering of each indexing node with an index known only at run time, of each
+    bracketing root find and of each SpecifyShape of a length known only at run time (for a linker
+    that reads back)."""
 
     @property
     def checks(self) -> tuple[RuntimeCheck, ...]:
-        """Every index and bracket check the graph may need, in the order of its nodes."""
+        """Every index, bracket and shape check the graph may need, in the order of its nodes."""
         return tuple(check for lowering in self.index_checks.values() for check in lowering.checks)
 
 
@@ -100,19 +107,24 @@ def plan_graph(
     """None when no while-Scan trace of the graph (whose nodes, in order, are ``order``) may be
     trimmed, no check of a graph with a while-Scan needs the run, and no index is checked.
 
-    ``index_checks``: integer indices known only at run time, and brackets, are checked
-    (`index_checks`, `brackets`), for a linker that reads back.
+    ``index_checks``: integer indices and declared shapes known only at run time, and brackets,
+    are checked (`index_checks`, `allocation.checked_specify_shape`, `brackets`), for a linker
+    that reads back.
     """
     trimmed = trimmed_while_scans(order)
     checked = _run_time_checks(order)
     indexed = index_checked_nodes(order) if index_checks else set()
     bracketed = bracketed_root_finds(order) if index_checks else set()
-    if not trimmed and not checked and not indexed and not bracketed:
+    specified = run_time_specified_shapes(order) if index_checks else set()
+    read_back_checked = indexed | bracketed | specified
+    if not trimmed and not checked and not read_back_checked:
         return None
 
     def checked_lowering(node: Apply) -> BoundedLowering:
         if node in bracketed:
             return checked_bracket(node.op, node, **kwargs)
+        if node in specified:
+            return checked_specify_shape(node.op, node, **kwargs)
         return checked_indexing(node.op, node, **kwargs)
 
     kinds: dict[Variable, Kind] = {}
@@ -120,16 +132,14 @@ def plan_graph(
     for node in order:
         input_kinds = tuple(kinds.get(value) for value in node.inputs)
         if node not in trimmed and node not in checked and not any(input_kinds):
-            if node in indexed or node in bracketed:
+            if node in read_back_checked:
                 lowerings[node] = checked_lowering(node)
             continue
         try:
             lowering = bounded_jax_funcify(node.op, node, input_kinds, **kwargs)
         except NotImplementedError as error:
             index_lowerings = {
-                other: checked_lowering(other)
-                for other in order
-                if other in indexed or other in bracketed
+                other: checked_lowering(other) for other in order if other in read_back_checked
             }
             return ExactLengthsNeeded(tuple(trimmed), node, str(error), index_lowerings)
         lowerings[node] = lowering
