@@ -17,6 +17,8 @@ from gpubackend.errors import (
     ForkAfterJAXWarning,
     InputDeviceError,
     ObjectModeFallbackWarning,
+    ScanSequenceLengthError,
+    SliceBoundNotStaticError,
     UnsupportedMethod,
     UnsupportedOption,
 )
@@ -34,6 +36,8 @@ __all__ = [
     "InputDeviceError",
     "JAXGPULinker",
     "ObjectModeFallbackWarning",
+    "ScanSequenceLengthError",
+    "SliceBoundNotStaticError",
     "UnsupportedMethod",
     "UnsupportedOption",
     "jax_gpu_mode",
