@@ -15,9 +15,10 @@ class DataDependentLengthError(NotImplementedError):
     JAX needs it while tracing."""
 
 
-class SliceBoundNotStaticError(DataDependentLengthError):
+class SliceBoundNotStaticError(DataDependentLengthError, IndexError):
     """A slice bound known only at run time (``v[3:k]`` with ``k`` computed from the data): the
-    slice's length is then data-dependent, which JAX needs while tracing."""
+    slice's length is then data-dependent, which JAX needs while tracing. Also the ``IndexError``
+    stock JAX raises there."""
 
 
 class ScanSequenceLengthError(ValueError):

@@ -567,13 +567,15 @@ def test_an_integer_input_as_n_steps_or_slice_bound_specialises_the_compiled_fun
 @pytest.mark.parametrize("mode", JAX_MODES)
 def test_a_slice_bound_computed_from_the_data_is_refused_by_name(mode):
     """``v[1:argmax(v)]`` has the length the data decide, which jax.jit cannot trace: refused with
-    advice, where JAX raised its bare IndexError."""
+    advice, still the IndexError JAX raised bare."""
     v = pt.vector("v")
     k = pt.argmax(v)
     for output in (v[1:k], pt.set_subtensor(v[1:k], 0.0)):
         fn = pytensor.function([v], output, mode=mode)
         with pytest.raises(SliceBoundNotStaticError, match=r"integer input.*pt\.where.*NUMBA"):
             fn(np.array([0.0, 3.0, 1.0, 5.0, 2.0]))
+    assert issubclass(SliceBoundNotStaticError, IndexError)
+    assert issubclass(SliceBoundNotStaticError, DataDependentLengthError)
 
 
 @pytest.mark.parametrize("mode", JAX_MODES)
