@@ -20,6 +20,17 @@ class ShapeMismatchError(AssertionError, ValueError):
     ``AssertionError``, and the ``ValueError`` PyTensor's JAX lowering raises."""
 
 
+class SliceBoundNotStaticError(DataDependentLengthError, IndexError):
+    """A slice bound known only at run time (``v[3:k]`` with ``k`` computed from the data): the
+    slice's length is then data-dependent, which JAX needs while tracing. Also the ``IndexError``
+    stock JAX raises there."""
+
+
+class ScanSequenceLengthError(ValueError):
+    """A Scan asked for more steps than a sequence has entries: the reference's ``ValueError``,
+    checked where PyTensor's rewrites would drop the Scan that checks it."""
+
+
 class ObjectModeFallbackWarning(UserWarning):
     """An optimize op runs scipy in Numba object mode: gpubackend has no native solver for its
     method and options."""

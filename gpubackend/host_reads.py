@@ -58,7 +58,12 @@ class RuntimeCheck:
     message: str
 
     def describe(self) -> str:
-        return f"{self.error.__name__}: {self.message}"
+        """The message of a check failed inside a computation: the reference's (built-in) error
+        type first, then gpubackend's own error class where it raises a subclass."""
+        reference = next(cls for cls in self.error.__mro__ if cls.__module__ == "builtins")
+        if reference is self.error:
+            return f"{reference.__name__}: {self.message}"
+        return f"{reference.__name__}: {self.error.__name__}: {self.message}"
 
 
 class HostReads(NamedTuple):

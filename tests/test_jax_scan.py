@@ -20,7 +20,7 @@ from pytensor.scan.op import Scan
 from pytensor.scan.utils import until
 from pytensor.tensor.optimize import root
 
-from gpubackend import DataDependentLengthError
+from gpubackend import DataDependentLengthError, ScanSequenceLengthError, SliceBoundNotStaticError
 from tests.jax_lowering_harness import JAX_MODES, assert_matches_reference
 
 
@@ -485,3 +485,118 @@ def test_a_boolean_mask_from_the_data_in_a_while_scan_is_refused_by_name(mode):
         DataDependentLengthError, match=r"boolean mask known only at run time.*pt\.where"
     ):
         fn(np.linspace(0.5, 2.0, 4), 3.0)
+
+
+# --- For-Scan step counts, slice bounds from integer inputs, truncated gradients ------------------
+
+
+def _mapped_and_accumulated(steps):
+    """A step that only maps its sequence (PyTensor's rewrites push it out of the loop) and one that
+    accumulates it (the Scan stays), both over ``x`` for ``steps`` steps."""
+    x = pt.vector("x")
+    doubled = _scan(lambda x_t: 2 * x_t, sequences=[x], n_steps=steps)
+    totals = _scan(
+        lambda x_t, total: total + x_t,
+        sequences=[x],
+        outputs_info=[pt.constant(np.float64(0.0))],
+        n_steps=steps,
+    )
+    return x, [doubled, totals]
+
+
+@pytest.mark.parametrize("mode", [*JAX_MODES, "NUMBA"])
+@pytest.mark.parametrize("steps", ["constant", "input"])
+def test_a_for_scan_with_more_steps_than_its_sequence_raises_the_references_error(mode, steps):
+    """FAST_COMPILE's Scan raises ValueError ("Sequence 0 has shape (3,) but the Scan's required
+    number of steps is 5"); the rewrites drop that check with the mapping Scan, and the Scans left
+    read past the sequence's end under JAX and Numba."""
+    k = pt.lscalar("k")
+    x, outputs = _mapped_and_accumulated(5 if steps == "constant" else k)
+    inputs = [x] if steps == "constant" else [x, k]
+    step_count = [] if steps == "constant" else [np.asarray(5)]
+    short, long_enough = [np.arange(3.0), *step_count], [np.arange(6.0), *step_count]
+    for output in outputs:
+        reference = pytensor.function(inputs, output, mode="FAST_COMPILE")
+        fn = pytensor.function(inputs, output, mode=mode)
+        with pytest.raises(ValueError, match="required number of steps"):
+            reference(*short)
+        with pytest.raises(ScanSequenceLengthError, match=r"Sequence 0 .*required number of steps"):
+            np.asarray(fn(*short))
+        np.testing.assert_allclose(np.asarray(fn(*long_enough)), reference(*long_enough))
+
+
+@pytest.mark.parametrize("mode", ["JAX_GPU", "NUMBA"])
+def test_a_scan_over_its_sequences_without_n_steps_keeps_no_length_check(mode):
+    """It runs over the shortest sequence, so its sequences are long enough by construction."""
+    x, y = pt.vector("x"), pt.matrix("y")
+    totals = _scan(
+        lambda x_t, y_t, total: total + x_t * y_t.sum(),
+        sequences=[x, y],
+        outputs_info=[pt.constant(np.float64(0.0))],
+    )
+    fn = pytensor.function([x, y], totals, mode=mode)
+    assert not [
+        node
+        for node in fn.maker.fgraph.apply_nodes
+        if isinstance(node.op, CheckAndRaise) and node.op.exc_type is ScanSequenceLengthError
+    ]
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_an_integer_input_as_n_steps_or_slice_bound_specialises_the_compiled_function(mode):
+    """``scan(f, sequences=[x], n_steps=k)`` slices ``x[:k]`` (where the mapping step is pushed out
+    of its Scan, nothing else reads ``k``), and ``v[3:k]`` slices by an integer input: each such
+    input is a static argument of the jit (one compile per value)."""
+    v, k = pt.vector("v"), pt.lscalar("k")
+    x, (doubled, totals) = _mapped_and_accumulated(k)
+    mapped = _scan(lambda v_t: 2 * v_t, sequences=[v])
+    for outputs in ([doubled], [v[3:k], mapped[3:k], pt.set_subtensor(v[3:k], 0.0)], [totals]):
+        inputs = [x, v, k]
+        fn = pytensor.function(inputs, outputs, mode=mode, on_unused_input="ignore")
+        reference_fn = pytensor.function(
+            inputs, outputs, mode="FAST_COMPILE", on_unused_input="ignore"
+        )
+        assert fn.maker.linker.scalar_shape_inputs == (2,)
+        for steps in (4, 6, 4):
+            values = [np.linspace(0.0, 1.0, 6), np.arange(10.0), np.asarray(steps)]
+            for got, want in zip(fn(*values), reference_fn(*values), strict=True):
+                np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+                assert np.shape(got) == np.shape(want)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_a_slice_bound_computed_from_the_data_is_refused_by_name(mode):
+    """``v[1:argmax(v)]`` has the length the data decide, which jax.jit cannot trace: refused with
+    advice, still the IndexError JAX raised bare."""
+    v = pt.vector("v")
+    k = pt.argmax(v)
+    for output in (v[1:k], pt.set_subtensor(v[1:k], 0.0)):
+        fn = pytensor.function([v], output, mode=mode)
+        with pytest.raises(SliceBoundNotStaticError, match=r"integer input.*pt\.where.*NUMBA"):
+            fn(np.array([0.0, 3.0, 1.0, 5.0, 2.0]))
+    assert issubclass(SliceBoundNotStaticError, IndexError)
+    assert issubclass(SliceBoundNotStaticError, DataDependentLengthError)
+
+
+@pytest.mark.parametrize("mode", JAX_MODES)
+def test_gradient_of_a_scan_with_truncate_gradient(mode):
+    """The backward Scan runs the last two steps into traces of full length, zero past what it
+    writes, as the reference leaves them (PyTensor's JAX lowering asserted that a trace fills its
+    buffer)."""
+    x, h0, w = pt.matrix("x"), pt.vector("h0"), pt.scalar("w")
+
+    def step(x_t, h_prev2, h_prev1, w):
+        h = pt.tanh(x_t + w * h_prev1 + 0.25 * h_prev2)
+        return h, h.sum()
+
+    (hs, sums) = _scan(
+        step,
+        sequences=[x],
+        outputs_info=[{"initial": pt.stack([h0, h0]), "taps": [-2, -1]}, None],
+        non_sequences=[w],
+        truncate_gradient=2,
+    )
+    cost = (hs**2).sum() + sums.sum()
+    gradients = pytensor.grad(cost, [x, h0, w])
+    values = [np.linspace(-1.0, 1.0, 12).reshape(6, 2), np.array([0.3, -0.2]), 0.5]
+    assert_matches_reference([x, h0, w], gradients, values, mode, rtol=1e-10)

@@ -183,6 +183,10 @@ REGRESSIONS = {
     ),
     "10-n-steps-from-the-first-trace": regression(ConsumerSpec("trace"), chain="n_steps"),
     "10-sequence-from-the-first-trace": regression(ConsumerSpec("trace"), chain="sequence"),
+    # The for-Scan's 8 steps outrun the trace of an early stop: FAST_COMPILE's ValueError.
+    "10-for-scan-past-the-end-of-the-first-trace": regression(
+        ConsumerSpec("reduce", op="sum"), chain="for_sequence"
+    ),
     "11-all-but-the-last-k-entries": regression(
         ConsumerSpec("drop_last", position=2, summed=True), stops=(4, 8, 6)
     ),
@@ -223,6 +227,16 @@ def test_regression_graph_is_exact_or_refused_by_name(name: str, mode: str) -> N
     assert not oracles.invalid, oracles.invalid
     verdict = classify(spec, oracles, observe_mode(mode, JAX_DEVICE, spec))
     assert verdict.status in ACCEPTED, f"{verdict.status}: {verdict.detail}"
+
+
+def test_a_for_scan_past_the_end_of_a_trace_raises_the_references_error_on_numba() -> None:
+    """PyTensor's rewrites push the for-Scan out of its loop and its check with it; gpubackend's
+    check stands in (the JAX paths: `test_regression_graph_is_exact_or_refused_by_name`)."""
+    name = "10-for-scan-past-the-end-of-the-first-trace"
+    verdict = classify(
+        REGRESSIONS[name], _oracles(name), observe_mode("numba", "cpu", REGRESSIONS[name])
+    )
+    assert verdict.status == PASS, f"{verdict.status}: {verdict.detail}"
 
 
 def test_regression_graphs_are_their_classes_and_stop_early() -> None:
@@ -413,6 +427,19 @@ def _oracles_of(reference: Outcome, rewritten: Outcome | None = None, truth: Out
 def test_call_verdicts(oracles: ReferenceObservation, got: Outcome, status: str) -> None:
     spec = WhileGraphSpec(SIT_SOT, ConsumerSpec("index", position=5), stops=(3,))
     assert classify(spec, oracles, Observation([got])).status == status
+
+
+def test_a_value_where_the_rewrites_drop_a_check_gpubackend_restores_is_silent_wrong() -> None:
+    """FAST_COMPILE raises ValueError for a for-Scan past its sequence's end; the rewritten graph,
+    which lost the check, returns a value, which excuses no mode (gpubackend.rewrites.scan_lengths
+    puts the check back)."""
+    spec = WhileGraphSpec(
+        SIT_SOT, ConsumerSpec("reduce", op="sum"), chain="for_sequence", stops=(3,)
+    )
+    too_short = Outcome.raised(ValueError("Sequence 0 has shape (3,)"), "call")
+    oracles = _oracles_of(too_short, VALUE)
+    assert classify(spec, oracles, Observation([VALUE])).status == SILENT_WRONG
+    assert classify(spec, oracles, Observation([too_short])).status == PASS
 
 
 def test_a_graph_takes_its_worst_calls_verdict_and_a_dead_worker_is_a_crash() -> None:

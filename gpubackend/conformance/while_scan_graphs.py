@@ -132,6 +132,11 @@ UPSTREAM_BUGS = {
 """PyTensor bugs the differential runner finds in the reference or in the rewritten graph (README,
 "Conformance suite"); `upstream_hint` names the one a spec can hit."""
 
+CHECKS_RESTORED = frozenset({"for-scan-past-sequence"})
+"""The `UPSTREAM_BUGS` where the rewrites drop a check of the reference that gpubackend puts back
+(`gpubackend.rewrites.scan_lengths`): there FAST_COMPILE's error is what every mode must raise, and
+doing what the rewritten graph does is no excuse."""
+
 
 @dataclass(frozen=True)
 class LoopSpec:

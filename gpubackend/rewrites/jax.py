@@ -10,7 +10,9 @@ caches one compiled function per distinct value, and a new value recompiles.
 This rewrite routes every use of such an input through ``JAXShapeTuple(n)[0]``
 whenever the input reaches a length (a Scan's step count or nit-sot size, the
 shape of ``Alloc``/``AllocEmpty``/``Reshape``, the bounds of ``ARange`` or
-``Eye``), so the linker makes it static; the trace-time evaluation of shape
+``Eye``, a slice bound of ``Subtensor``/``IncSubtensor``: ``v[3:k]``, and
+``x[:k]``, the sequence of ``scan(f, sequences=[x], n_steps=k)``), so the
+linker makes it static; the trace-time evaluation of shape
 arithmetic (`gpubackend.dispatch.jax.fgraph`) keeps everything computed from it
 concrete. It runs once at compile time. JAX_GPU includes it by its
 ``gpubackend`` tag; stock ``mode="JAX"`` gets it through the "jax" tag only when
@@ -32,6 +34,7 @@ from pytensor.scan.op import Scan
 from pytensor.tensor.basic import Alloc, AllocEmpty, ARange, Eye
 from pytensor.tensor.random.type import RandomType
 from pytensor.tensor.shape import Reshape
+from pytensor.tensor.subtensor import IncSubtensor, Subtensor, indices_from_subtensor
 from pytensor.tensor.type import TensorType
 
 from gpubackend.registration import DEFAULT_LOWERINGS, REWRITE_TAG
@@ -47,6 +50,17 @@ def _length_inputs(node: Apply) -> Iterator[Variable]:
         yield from node.inputs[1:]
     elif isinstance(op, AllocEmpty | ARange | Eye):
         yield from node.inputs
+    elif isinstance(op, Subtensor | IncSubtensor):
+        # The bounds of slices, which decide a length; an integer position does not (a new one
+        # must not recompile).
+        first_index = 1 if isinstance(op, Subtensor) else 2
+        for index in indices_from_subtensor(node.inputs[first_index:], op.idx_list):
+            if isinstance(index, slice):
+                yield from (
+                    bound
+                    for bound in (index.start, index.stop, index.step)
+                    if isinstance(bound, Variable)
+                )
 
 
 def _is_integer_scalar_input(variable: Variable, fgraph: FunctionGraph) -> bool:

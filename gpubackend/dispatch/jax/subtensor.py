@@ -12,6 +12,14 @@ produce exactly that pattern (``IncSubtensor{:stop}`` then ``[::-1]``) once
 the stop is a concrete length, so second-order Scan gradients killed the
 process. Every other update goes to the stock lowering unchanged.
 
+A slice whose bound is known only at run time (``v[3:k]`` with ``k`` computed
+from the data, or a Scan's step inside its body) has a data-dependent length
+too: JAX raises a bare ``IndexError`` ("Array slice indices must have static
+start/stop/step"). Reading or writing through one is refused with
+`SliceBoundNotStaticError` saying what to write instead. A bound that is an
+integer input of the function is made static by
+`gpubackend.rewrites.jax.static_integer_length_inputs` and never gets here.
+
 Advanced indexing with a boolean mask known only at run time selects as many
 entries as the mask has True ones, a data-dependent shape that ``jax.jit``
 cannot trace (JAX raises ``NonConcreteBooleanIndexError``). It is refused with
@@ -29,12 +37,13 @@ from pytensor.tensor.subtensor import (
     AdvancedIncSubtensor,
     AdvancedSubtensor,
     IncSubtensor,
+    Subtensor,
     indices_from_subtensor,
 )
 
 from gpubackend.dispatch.jax.replacements import replaces, stock_lowering
 from gpubackend.dispatch.jax.tracing import is_traced
-from gpubackend.errors import DataDependentLengthError
+from gpubackend.errors import DataDependentLengthError, SliceBoundNotStaticError
 
 
 def _covers_whole_axis(index, length: int) -> bool:
@@ -49,12 +58,40 @@ def _covers_whole_axis(index, length: int) -> bool:
     return step == 1 and start == 0 and stop == length
 
 
+def _static_slice_bounds(op, indices) -> None:
+    """Raise `SliceBoundNotStaticError` where a slice among ``indices`` has a traced bound."""
+    for index in indices:
+        if isinstance(index, slice) and any(
+            is_traced(bound) for bound in (index.start, index.stop, index.step)
+        ):
+            raise SliceBoundNotStaticError(
+                f"{op}: a slice bound known only at run time (computed from the data, or a "
+                "Scan's step in its body) gives a data-dependent length, which jax.jit cannot "
+                "trace. Pass the bound as an integer input of the function (JAX_GPU then "
+                "compiles once per value), keep the shape with a mask "
+                "(pt.where(pt.arange(v.shape[0]) < k, v, 0) instead of v[:k]), or use "
+                "mode='NUMBA'."
+            )
+
+
+@replaces(Subtensor)
+def jax_funcify_Subtensor(op: Subtensor, node, **kwargs) -> Callable:
+    index = stock_lowering(Subtensor)(op, node=node, **kwargs)
+
+    def subtensor(x, *index_inputs):
+        _static_slice_bounds(op, indices_from_subtensor(index_inputs, op.idx_list))
+        return index(x, *index_inputs)
+
+    return subtensor
+
+
 @replaces(IncSubtensor)
 def jax_funcify_IncSubtensor(op: IncSubtensor, node, **kwargs) -> Callable:
     scatter = stock_lowering(IncSubtensor)(op, node=node, **kwargs)
 
     def inc_subtensor(x, y, *index_inputs):
         indices = indices_from_subtensor(index_inputs, op.idx_list)
+        _static_slice_bounds(op, indices)
         shape = jnp.shape(x)
         if len(indices) > len(shape) or not all(
             _covers_whole_axis(index, length) for index, length in zip(indices, shape, strict=False)
