@@ -447,11 +447,13 @@ def call_verdict(
     numpy_truth: Outcome | None,
     dtypes: Sequence[str],
     upstream_bug: str,
+    check_restored: bool = False,
 ) -> Verdict:
     """One call's verdict: ``got`` against numpy's outcome (``numpy_truth``, None: no numpy twin),
     else FAST_COMPILE's (``reference``). Where those two disagree, or the FAST_RUN-rewritten graph
     (``rewritten``) disagrees with FAST_COMPILE, doing what one of PyTensor's runs does is
-    `upstream` (``upstream_bug`` says which bug)."""
+    `upstream` (``upstream_bug`` says which bug). Where gpubackend restores the check the rewrites
+    drop (``check_restored``), their outcome excuses nothing."""
     expected = numpy_truth or reference
     if got.refused:
         return Verdict(REFUSED, f"{label}: {got.describe()}")
@@ -460,10 +462,7 @@ def call_verdict(
     if _raised_inside_as(got, expected):
         return Verdict(CHECKED, f"{label}: {got.describe()}")
     reference_wrong = numpy_truth is not None and not same_outcome(reference, numpy_truth)
-    # Where gpubackend restores the check the rewrites drop, their outcome excuses nothing.
-    rewrites_wrong = upstream_hint(spec) not in CHECKS_RESTORED and not same_outcome(
-        rewritten, reference
-    )
+    rewrites_wrong = not check_restored and not same_outcome(rewritten, reference)
     if reference_wrong or rewrites_wrong:
         for name, oracle in (
             ("FAST_COMPILE", reference),
@@ -495,6 +494,7 @@ def _call_verdict(
         oracles.truth[index],
         oracles.dtypes,
         UPSTREAM_BUGS.get(upstream_hint(spec), "a PyTensor bug not listed in UPSTREAM_BUGS"),
+        check_restored=upstream_hint(spec) in CHECKS_RESTORED,
     )
     if verdict.status in FAILING and mode == "numba" and index >= len(spec.stops):
         # gpubackend lowers no Scan and no reduction for Numba: these are PyTensor's own.
