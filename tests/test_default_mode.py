@@ -61,29 +61,26 @@ def test_gpubackend_mode_variable_makes_the_default_mode(name, outputs, output_t
     }
 
 
-def test_an_unknown_gpubackend_mode_is_refused_at_import_by_name():
+def import_error(**variables: str) -> str:
+    """The standard error of ``import gpubackend`` in a fresh interpreter with ``variables`` set,
+    which must fail."""
     result = subprocess.run(
         [sys.executable, "-c", "import gpubackend"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
-        env=environment(GPUBACKEND_MODE="JAX_CPU"),
+        env=environment(**variables),
     )
     assert result.returncode != 0
-    assert "ValueError: $GPUBACKEND_MODE='JAX_CPU'" in result.stderr
+    return result.stderr
+
+
+def test_an_unknown_gpubackend_mode_is_refused_at_import_by_name():
+    assert "ValueError: $GPUBACKEND_MODE='JAX_CPU'" in import_error(GPUBACKEND_MODE="JAX_CPU")
 
 
 def test_pytensor_flags_cannot_name_jax_gpu():
     """Why the variable exists: PyTensor checks ``mode`` against its own names when it is
     imported, before gpubackend can register one."""
-    result = subprocess.run(
-        [sys.executable, "-c", "import gpubackend"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=environment(PYTENSOR_FLAGS="mode=JAX_GPU"),
-    )
-    assert result.returncode != 0
-    assert "Instead got: JAX_GPU" in result.stderr
+    assert "Instead got: JAX_GPU" in import_error(PYTENSOR_FLAGS="mode=JAX_GPU")

@@ -8,16 +8,13 @@ mode returns the reference's values or raises its error type; where PyTensor its
 
 from __future__ import annotations
 
-import os
-
 # The jaxified path's: importing PyMC raises the recursion limit, which hypothesis warns about
 # during a test.
 import pymc.sampling.jax  # noqa: F401
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given, settings
 
 from gpubackend.conformance.cli import main as conformance_main
-from gpubackend.conformance.differential import CHECKED, NOT_APPLICABLE, PASS, REFUSED, UPSTREAM
 from gpubackend.conformance.index_differential import check_index_in_process
 from gpubackend.conformance.index_graphs import (
     OPERATIONS,
@@ -26,34 +23,11 @@ from gpubackend.conformance.index_graphs import (
     draw_index_specs,
     index_specs,
 )
-from gpubackend.devices import DEVICE_ENV_VAR
-
-JAX_DEVICE = os.environ.get(DEVICE_ENV_VAR, "cpu:1")
-JAX_PATHS = ("jax", "jax-registered", "jaxified")
-"""mode="JAX_GPU", stock mode="JAX" with gpubackend's registrations, jax.jit of PyMC's
-get_jaxified_graph."""
-ACCEPTED = (PASS, CHECKED, REFUSED, UPSTREAM, NOT_APPLICABLE)
+from tests.differential_rule import JAX_DEVICE, JAX_PATHS, QUICK, assert_rule
 
 
 def _assert_rule(spec: IndexSpec, modes: list[tuple[str, str]]) -> None:
-    oracles, verdicts = check_index_in_process(spec, modes)
-    assert not oracles.invalid, f"{spec}: {oracles.invalid}"
-    failing = {
-        column: verdict for column, verdict in verdicts.items() if verdict.status not in ACCEPTED
-    }
-    assert not failing, f"{spec}:\n" + "\n".join(
-        f"{column}: {verdict.status}: {verdict.detail}" for column, verdict in failing.items()
-    )
-
-
-# Shrinking would re-run failing graphs many times over: a failure is reported as drawn.
-QUICK = settings(
-    deadline=None,
-    database=None,
-    derandomize=True,
-    phases=(Phase.explicit, Phase.generate),
-    suppress_health_check=[HealthCheck.too_slow],
-)
+    assert_rule(str(spec), *check_index_in_process(spec, modes))
 
 
 @settings(QUICK, max_examples=8)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 
 import numpy as np
 
@@ -21,7 +20,7 @@ import numpy as np
 # during a test.
 import pymc.sampling.jax  # noqa: F401
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpubackend.conformance import cli
@@ -30,7 +29,6 @@ from gpubackend.conformance.differential import (
     CHECKED,
     CRASH,
     FAILING,
-    NOT_APPLICABLE,
     PASS,
     RAW_ERROR,
     REFUSED,
@@ -64,14 +62,9 @@ from gpubackend.conformance.while_scan_graphs import (
     loop_traces,
     while_graph_specs,
 )
-from gpubackend.devices import DEVICE_ENV_VAR
 from gpubackend.errors import DataDependentLengthError
+from tests.differential_rule import ACCEPTED, JAX_DEVICE, JAX_PATHS, QUICK, assert_rule
 
-JAX_DEVICE = os.environ.get(DEVICE_ENV_VAR, "cpu:1")
-JAX_PATHS = ("jax", "jax-registered", "jaxified")
-"""mode="JAX_GPU", stock mode="JAX" with gpubackend's registrations, jax.jit of PyMC's
-get_jaxified_graph."""
-ACCEPTED = (PASS, CHECKED, REFUSED, UPSTREAM, NOT_APPLICABLE)
 IN_COMPUTATION = (
     "INTERNAL: CpuCallback error calling callback: _EquinoxRuntimeError: {}: "
     "Subtensor{{i}}: index out of bounds"
@@ -79,27 +72,12 @@ IN_COMPUTATION = (
 
 
 def _assert_rule(spec: WhileGraphSpec, modes: list[tuple[str, str]]) -> None:
-    oracles, verdicts = check_in_process(spec, modes)
-    assert not oracles.invalid, f"{spec}: {oracles.invalid}"
-    failing = {
-        column: verdict for column, verdict in verdicts.items() if verdict.status not in ACCEPTED
-    }
-    assert not failing, f"{spec} (class {case_class(spec)}):\n" + "\n".join(
-        f"{column}: {verdict.status}: {verdict.detail}" for column, verdict in failing.items()
-    )
+    assert_rule(f"{spec} (class {case_class(spec)})", *check_in_process(spec, modes))
 
 
 # --- The quick budget: a few generated graphs, as `make test` runs them
 # -----------------------------------
 
-# Shrinking would re-run failing graphs many times over: a failure is reported as drawn.
-QUICK = settings(
-    deadline=None,
-    database=None,
-    derandomize=True,
-    phases=(Phase.explicit, Phase.generate),
-    suppress_health_check=[HealthCheck.too_slow],
-)
 # Each draw aims at one of the targets, so that a few draws already cover several classes.
 AIMED_SPECS = st.sampled_from(TARGETS).flatmap(while_graph_specs)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from functools import partial
 
 from rich.console import Console
 from rich.markup import escape
@@ -17,7 +19,12 @@ from gpubackend.conformance.arguments import (
     report_file,
 )
 from gpubackend.conformance.backends import BACKENDS, backend_device_pairs
-from gpubackend.conformance.differential import DEFAULT_MODES, DIFFERENTIAL_MODES, mode_device_pairs
+from gpubackend.conformance.differential import (
+    DEFAULT_MODES,
+    DIFFERENTIAL_MODES,
+    VerdictReport,
+    mode_device_pairs,
+)
 from gpubackend.conformance.differential_reports import run_differential_and_report
 from gpubackend.conformance.index_differential import run_index_differential_and_report
 from gpubackend.conformance.optimize_graphs import select_methods
@@ -81,20 +88,12 @@ def _run_parser() -> argparse.ArgumentParser:
         "differentially (each mode against FAST_COMPILE); "
         "writes while_scan_differential.{json,md}",
     )
-    parser.add_argument(
-        "--while-modes",
-        nargs="+",
-        default=list(DEFAULT_MODES),
-        choices=sorted(DIFFERENTIAL_MODES),
-        help="the modes the while-Scan graphs run on, "
-        "each JAX mode on every --device, numba on cpu: "
+    _add_differential_options(
+        parser,
+        "while",
+        "while-Scan",
+        "the modes the while-Scan graphs run on, each JAX mode on every --device, numba on cpu: "
         + "; ".join(f"{name}: {mode.description}" for name, mode in DIFFERENTIAL_MODES.items()),
-    )
-    parser.add_argument(
-        "--while-report-only",
-        action="store_true",
-        help="report the while-Scan differential's "
-        "failures without making the exit status non-zero",
     )
     parser.add_argument(
         "--generated-index",
@@ -106,17 +105,8 @@ def _run_parser() -> argparse.ArgumentParser:
         "empty arrays) differentially, each mode against numpy and FAST_COMPILE; writes "
         "index_differential.{json,md}",
     )
-    parser.add_argument(
-        "--index-modes",
-        nargs="+",
-        default=list(DEFAULT_MODES),
-        choices=sorted(DIFFERENTIAL_MODES),
-        help="the modes the index graphs run on (as --while-modes)",
-    )
-    parser.add_argument(
-        "--index-report-only",
-        action="store_true",
-        help="report the index differential's failures without making the exit status non-zero",
+    _add_differential_options(
+        parser, "index", "index", "the modes the index graphs run on (as --while-modes)"
     )
     parser.add_argument(
         "--generated-optimize",
@@ -136,17 +126,8 @@ def _run_parser() -> argparse.ArgumentParser:
         help="only the methods whose 'kind:method' contains a pattern, e.g. 'minimize:bfgs' or "
         "'root:'",
     )
-    parser.add_argument(
-        "--optimize-modes",
-        nargs="+",
-        default=list(DEFAULT_MODES),
-        choices=sorted(DIFFERENTIAL_MODES),
-        help="the modes the optimize graphs run on (as --while-modes)",
-    )
-    parser.add_argument(
-        "--optimize-report-only",
-        action="store_true",
-        help="report the optimize differential's failures without making the exit status non-zero",
+    _add_differential_options(
+        parser, "optimize", "optimize", "the modes the optimize graphs run on (as --while-modes)"
     )
     parser.add_argument(
         "--stock-superset",
@@ -160,6 +141,26 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
+
+
+def _add_differential_options(
+    parser: argparse.ArgumentParser, option: str, differential: str, modes_help: str
+) -> None:
+    """``--OPTION-modes`` and ``--OPTION-report-only``, a differential's modes and whether its
+    failures leave the exit status alone."""
+    parser.add_argument(
+        f"--{option}-modes",
+        nargs="+",
+        default=list(DEFAULT_MODES),
+        choices=sorted(DIFFERENTIAL_MODES),
+        help=modes_help,
+    )
+    parser.add_argument(
+        f"--{option}-report-only",
+        action="store_true",
+        help=f"report the {differential} differential's failures without making the exit status "
+        "non-zero",
+    )
 
 
 def _merge_parser() -> argparse.ArgumentParser:
@@ -234,43 +235,39 @@ def _run(argv: list[str], console: Console) -> int:
         )
         if status == INTERRUPTED_STATUS:
             return status  # the catalogue's reports say so; the rest of the run is not started
-    if args.generated_while:
-        report = run_differential_and_report(
+    differentials: list[tuple[int, Callable[..., VerdictReport], list[str], bool]] = [
+        (
             args.generated_while,
+            run_differential_and_report,
             args.while_modes,
-            args.device,
-            args.out,
-            label=args.label,
-            console=console,
-            progress=not args.no_progress,
-        )
-        if report.failed and not args.while_report_only:
-            status = 1
-    if args.generated_index:
-        index = run_index_differential_and_report(
+            args.while_report_only,
+        ),
+        (
             args.generated_index,
+            run_index_differential_and_report,
             args.index_modes,
-            args.device,
-            args.out,
-            label=args.label,
-            console=console,
-            progress=not args.no_progress,
-        )
-        if index.failed and not args.index_report_only:
-            status = 1
-    if args.generated_optimize:
-        optimize = run_optimize_and_report(
+            args.index_report_only,
+        ),
+        (
             args.generated_optimize,
+            partial(run_optimize_and_report, methods=args.optimize_methods),
             args.optimize_modes,
-            args.device,
-            args.out,
-            methods=args.optimize_methods,
-            label=args.label,
-            console=console,
-            progress=not args.no_progress,
-        )
-        if optimize.failed and not args.optimize_report_only:
-            status = 1
+            args.optimize_report_only,
+        ),
+    ]
+    for graphs, run_and_report_differential, modes, report_only in differentials:
+        if graphs:
+            report = run_and_report_differential(
+                graphs,
+                modes,
+                args.device,
+                args.out,
+                label=args.label,
+                console=console,
+                progress=not args.no_progress,
+            )
+            if report.failed and not report_only:
+                status = 1
     if args.stock_superset:
         superset = run_stock_superset_and_report(
             args.stock_superset,

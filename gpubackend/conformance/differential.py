@@ -262,6 +262,11 @@ class CalledGraph(CompilableGraph, Protocol):
     """A graph with its calls' input values: a `WhileGraph`, or a generated index graph
     (`index_differential`)."""
 
+    @property
+    def calls(self) -> Sequence[Any]:
+        """Per call, its input values as the graph's numpy twin (``truth``) takes them."""
+        ...
+
     def arguments(self) -> list[list[np.ndarray]]: ...
 
 
@@ -280,9 +285,15 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def observe_reference(spec: WhileGraphSpec) -> ReferenceObservation:
+def observe_oracles[Spec](
+    spec: Spec,
+    build: Callable[[Spec], CalledGraph],
+    truth_outcome: Callable[[Spec, Any], Outcome | None],
+) -> ReferenceObservation:
+    """The oracles' outcomes for the graph ``build(spec)``: FAST_COMPILE's, the FAST_RUN-rewritten
+    graph's and, per entry of its ``calls``, ``truth_outcome(spec, call)`` (numpy's)."""
     try:
-        graph = while_graph(spec)
+        graph = build(spec)
         with _quiet():
             reference_fn = _pytensor_function(graph, REFERENCE_MODE)
     except Exception as error:  # noqa: BLE001 - reported as the spec's missing reference
@@ -296,9 +307,13 @@ def observe_reference(spec: WhileGraphSpec) -> ReferenceObservation:
     return ReferenceObservation(
         reference,
         rewritten,
-        [_truth_outcome(spec, values) for values in graph.calls],
+        [truth_outcome(spec, values) for values in graph.calls],
         tuple(output.type.dtype for output in graph.outputs),
     )
+
+
+def observe_reference(spec: WhileGraphSpec) -> ReferenceObservation:
+    return observe_oracles(spec, while_graph, _truth_outcome)
 
 
 def _truth_outcome(spec: WhileGraphSpec, values: dict[str, np.ndarray]) -> Outcome | None:
@@ -399,10 +414,18 @@ DEFAULT_MODES = ("jax", "jax-registered", "jaxified", "numba")
 
 def observe_mode(mode_name: str, device: str, spec: WhileGraphSpec) -> Observation:
     mode = DIFFERENTIAL_MODES[mode_name]
-    if reason := mode.missing() or mode.not_applicable(spec):
+    return observe_graph(mode, device, partial(while_graph, spec), mode.not_applicable(spec))
+
+
+def observe_graph(
+    mode: DifferentialMode, device: str, build: Callable[[], CalledGraph], not_applicable: str = ""
+) -> Observation:
+    """``mode``'s outcomes on ``device`` for the graph ``build()`` makes, unless the mode cannot run
+    here or does not take the spec (``not_applicable``: why)."""
+    if reason := mode.missing() or not_applicable:
         return Observation(not_applicable=reason)
     try:
-        graph = while_graph(spec)
+        graph = build()
     except Exception as error:  # noqa: BLE001 - the generator's fault, reported as such
         return Observation(invalid=f"building the graph failed: {error_summary(error)}")
     with _quiet(), mode.device_scope(device):
@@ -442,18 +465,18 @@ def _raised_inside_as(got: Outcome, expected: Outcome) -> bool:
 def call_verdict(
     label: str,
     got: Outcome,
-    reference: Outcome,
-    rewritten: Outcome,
-    numpy_truth: Outcome | None,
-    dtypes: Sequence[str],
+    oracles: ReferenceObservation,
+    index: int,
     upstream_bug: str,
     check_restored: bool = False,
 ) -> Verdict:
-    """One call's verdict: ``got`` against numpy's outcome (``numpy_truth``, None: no numpy twin),
-    else FAST_COMPILE's (``reference``). Where those two disagree, or the FAST_RUN-rewritten graph
-    (``rewritten``) disagrees with FAST_COMPILE, doing what one of PyTensor's runs does is
-    `upstream` (``upstream_bug`` says which bug). Where gpubackend restores the check the rewrites
-    drop (``check_restored``), their outcome excuses nothing."""
+    """Call ``index``'s verdict: ``got`` against numpy's outcome (None: no numpy twin), else
+    FAST_COMPILE's (``oracles``). Where those two disagree, or the FAST_RUN-rewritten graph
+    disagrees with FAST_COMPILE, doing what one of PyTensor's runs does is `upstream`
+    (``upstream_bug`` says which bug). Where gpubackend restores the check the rewrites drop
+    (``check_restored``), their outcome excuses nothing."""
+    reference, rewritten = oracles.reference[index], oracles.rewritten[index]
+    numpy_truth, dtypes = oracles.truth[index], oracles.dtypes
     expected = numpy_truth or reference
     if got.refused:
         return Verdict(REFUSED, f"{label}: {got.describe()}")
@@ -489,10 +512,8 @@ def _call_verdict(
     verdict = call_verdict(
         _call_label(spec, index),
         got,
-        oracles.reference[index],
-        oracles.rewritten[index],
-        oracles.truth[index],
-        oracles.dtypes,
+        oracles,
+        index,
         UPSTREAM_BUGS.get(upstream_hint(spec), "a PyTensor bug not listed in UPSTREAM_BUGS"),
         check_restored=upstream_hint(spec) in CHECKS_RESTORED,
     )
@@ -508,16 +529,38 @@ def classify(
     spec: WhileGraphSpec, oracles: ReferenceObservation, observation: Observation, mode: str = ""
 ) -> Verdict:
     """A mode's verdict on a spec (``mode`` as `--while-modes` names it): its worst call's."""
+    return worst_call_verdict(
+        observation, lambda index, got: _call_verdict(spec, index, got, oracles, mode)
+    )
+
+
+class Observed(Protocol):
+    """An observation that may hold no outcome: `Observation`, or an optimize graph's."""
+
+    crash: str
+    not_applicable: str
+    invalid: str
+
+
+def no_outcome_verdict(observation: Observed) -> Verdict | None:
+    """The verdict of an observation without outcomes (its worker died, the mode does not take the
+    spec, or its graph was not built), else None."""
     if observation.crash:
         return Verdict(CRASH, observation.crash)
     if observation.not_applicable:
         return Verdict(NOT_APPLICABLE, observation.not_applicable)
     if observation.invalid:
         return Verdict(RAW_ERROR, observation.invalid)
-    verdicts = [
-        _call_verdict(spec, index, got, oracles, mode)
-        for index, got in enumerate(observation.outcomes)
-    ]
+    return None
+
+
+def worst_call_verdict(
+    observation: Observation, verdict_of: Callable[[int, Outcome], Verdict]
+) -> Verdict:
+    """A mode's verdict on a spec: its worst call's, ``verdict_of(index, outcome)``."""
+    if verdict := no_outcome_verdict(observation):
+        return verdict
+    verdicts = [verdict_of(index, got) for index, got in enumerate(observation.outcomes)]
     return min(verdicts, key=lambda verdict: _SEVERITY.index(verdict.status))
 
 
@@ -642,22 +685,35 @@ def _expected_summary(oracles: ReferenceObservation) -> str:
     )
 
 
+def judged(
+    result: SpecResult,
+    oracles: ReferenceObservation,
+    observations: dict[str, Observation],
+    classify_column: Callable[[str, Observation], Verdict],
+) -> SpecResult:
+    """``result`` with its expected outcomes and, per column, ``classify_column(column,
+    observation)``; a spec without a reference (``oracles.invalid``) gets no verdict."""
+    result.invalid = oracles.invalid
+    if not oracles.invalid:
+        result.expected = _expected_summary(oracles)
+        result.verdicts = {
+            column: classify_column(column, seen) for column, seen in observations.items()
+        }
+    return result
+
+
 def spec_result(
     name: str,
     spec: WhileGraphSpec,
     oracles: ReferenceObservation,
     observations: dict[str, Observation],
 ) -> SpecResult:
-    result = SpecResult(
-        name, repr(spec), case_class(spec), loop_family(spec), invalid=oracles.invalid
+    return judged(
+        SpecResult(name, repr(spec), case_class(spec), loop_family(spec)),
+        oracles,
+        observations,
+        lambda column, seen: classify(spec, oracles, seen, mode=column.split(" @ ")[0]),
     )
-    if not oracles.invalid:
-        result.expected = _expected_summary(oracles)
-        result.verdicts = {
-            column: classify(spec, oracles, seen, mode=column.split(" @ ")[0])
-            for column, seen in observations.items()
-        }
-    return result
 
 
 def column_name(mode: str, device: str) -> str:
@@ -707,19 +763,24 @@ def run_streams(specs: Sequence, streams: Sequence[Stream], progress: bool) -> d
 
 def run_against_reference[Report: VerdictReport](
     specs: Sequence,
-    report: Report,
-    pairs: Sequence[tuple[str, str]],
+    new_report: Callable[[dict[str, Any], list[str]], Report],
+    modes: Sequence[str],
+    devices: Sequence[str],
+    label: str,
     reference: Stream,
     observe: Callable[[str, str, Any], Any],
     on_crash: Callable[[Any, int, str], Any],
-    judge: Callable[[int, Any, Any, dict[str, Any]], Any],
+    name: Callable[[Any, int], str],
+    judge: Callable[[str, Any, Any, dict[str, Any]], Any],
     progress: bool,
 ) -> Report:
     """Every spec on the ``reference`` stream and, through ``observe(mode, device, spec)``, on
-    every (mode, device) pair of ``report``'s columns, in worker processes; then one result per
-    spec, ``judge(index, spec, reference's observation, observations by column)``, into
-    ``report``."""
+    every (mode, device) pair (`mode_device_pairs`), in worker processes; then per spec,
+    ``judge(name(spec, index), spec, reference's observation, observations by column)`` into
+    ``new_report(environment, columns)``."""
     started = time.perf_counter()
+    pairs = mode_device_pairs(modes, devices)
+    report = new_report(environment(devices, label), [column_name(*pair) for pair in pairs])
     streams = [reference]
     streams += [
         (column, partial(observe, *pair), on_crash)
@@ -728,7 +789,9 @@ def run_against_reference[Report: VerdictReport](
     seen = run_streams(specs, streams, progress)
     for index, spec in enumerate(specs):
         observations = {column: seen[column][index] for column in report.columns}
-        report.results.append(judge(index, spec, seen[reference[0]][index], observations))
+        report.results.append(
+            judge(name(spec, index), spec, seen[reference[0]][index], observations)
+        )
     report.seconds = round(time.perf_counter() - started, 1)
     return report
 
@@ -746,16 +809,17 @@ def run_differential(
     A spec that kills a mode's worker is that mode's `crash`; one that kills
     the reference's has no reference (``invalid``).
     """
-    pairs = mode_device_pairs(modes, devices)
-    report = DifferentialReport(environment(devices, label), [column_name(*p) for p in pairs])
     return run_against_reference(
         specs,
-        report,
-        pairs,
+        DifferentialReport,
+        modes,
+        devices,
+        label,
         ("reference", observe_reference, _reference_crash),
         observe_mode,
         _mode_crash,
-        lambda index, spec, oracles, seen: spec_result(spec_name(spec, index), spec, oracles, seen),
+        spec_name,
+        spec_result,
         progress,
     )
 
@@ -778,11 +842,20 @@ def check_in_process(
     """One spec's reference and verdicts, in this process (tests: no worker start, no crash
     isolation)."""
     oracles = observe_reference(spec)
+    return oracles, verdicts_in_process(
+        oracles,
+        modes,
+        lambda mode, device: classify(spec, oracles, observe_mode(mode, device, spec), mode=mode),
+    )
+
+
+def verdicts_in_process(
+    oracles: ReferenceObservation,
+    modes: Sequence[tuple[str, str]],
+    verdict_on: Callable[[str, str], Verdict],
+) -> dict[str, Verdict]:
+    """Per (mode, device) of ``modes``, ``verdict_on(mode, device)`` by column; none for a spec
+    without a reference."""
     if oracles.invalid:
-        return oracles, {}
-    return oracles, {
-        column_name(mode, device): classify(
-            spec, oracles, observe_mode(mode, device, spec), mode=mode
-        )
-        for mode, device in modes
-    }
+        return {}
+    return {column_name(mode, device): verdict_on(mode, device) for mode, device in modes}

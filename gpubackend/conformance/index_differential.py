@@ -16,37 +16,30 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from gpubackend.conformance.backends import HOST_DEVICE
-from gpubackend.conformance.checks import error_summary
 from gpubackend.conformance.differential import (
-    _SEVERITY,
-    CRASH,
     DEFAULT_MODES,
     DIFFERENTIAL_MODES,
-    NOT_APPLICABLE,
-    RAW_ERROR,
-    REFERENCE_MODE,
-    REWRITTEN_MODE,
     DifferentialReport,
     Observation,
     Outcome,
     ReferenceObservation,
     SpecResult,
     Verdict,
-    _call_each,
-    _compile_and_call_each,
     _mode_crash,
-    _pytensor_function,
-    _quiet,
     _reference_crash,
     call_verdict,
-    column_name,
-    mode_device_pairs,
+    judged,
+    observe_graph,
+    observe_oracles,
     run_against_reference,
+    verdicts_in_process,
+    worst_call_verdict,
 )
 from gpubackend.conformance.differential_reports import (
     LEGEND,
@@ -57,7 +50,6 @@ from gpubackend.conformance.differential_reports import (
     write_and_summarise,
     write_json_and_markdown,
 )
-from gpubackend.conformance.environment import environment
 from gpubackend.conformance.index_graphs import (
     POSITIONS,
     IndexSpec,
@@ -87,27 +79,10 @@ def describe(spec: IndexSpec) -> str:
 
 
 def observe_index_reference(spec: IndexSpec) -> ReferenceObservation:
-    try:
-        graph = index_graph(spec)
-        with _quiet():
-            reference_fn = _pytensor_function(graph, REFERENCE_MODE)
-    except Exception as error:  # noqa: BLE001 - reported as the spec's missing reference
-        failure = f"building the graph or compiling its reference failed: {error_summary(error)}"
-        return ReferenceObservation(invalid=failure)
-    with _quiet():
-        reference = _call_each(reference_fn, graph)
-        rewritten = _compile_and_call_each(
-            partial(_pytensor_function, graph, REWRITTEN_MODE), graph
-        )
-    return ReferenceObservation(
-        reference,
-        rewritten,
-        [_truth_outcome(spec, *values) for values in graph.calls],
-        tuple(output.type.dtype for output in graph.outputs),
-    )
+    return observe_oracles(spec, index_graph, _truth_outcome)
 
 
-def _truth_outcome(spec: IndexSpec, *values) -> Outcome:
+def _truth_outcome(spec: IndexSpec, values: list[np.ndarray]) -> Outcome:
     try:
         return Outcome.returned([truth(spec, *values)])
     except IndexError as error:
@@ -115,15 +90,7 @@ def _truth_outcome(spec: IndexSpec, *values) -> Outcome:
 
 
 def observe_index_mode(mode_name: str, device: str, spec: IndexSpec) -> Observation:
-    mode = DIFFERENTIAL_MODES[mode_name]
-    if reason := mode.missing():
-        return Observation(not_applicable=reason)
-    try:
-        graph = index_graph(spec)
-    except Exception as error:  # noqa: BLE001 - the generator's fault, reported as such
-        return Observation(invalid=f"building the graph failed: {error_summary(error)}")
-    with _quiet(), mode.device_scope(device):
-        return Observation(_compile_and_call_each(partial(mode.compile, graph, device), graph))
+    return observe_graph(DIFFERENTIAL_MODES[mode_name], device, partial(index_graph, spec))
 
 
 def _upstream_bug(spec: IndexSpec) -> str:
@@ -136,43 +103,27 @@ def classify_index(
     spec: IndexSpec, oracles: ReferenceObservation, observation: Observation
 ) -> Verdict:
     """A mode's verdict on a spec: its worst call's."""
-    if observation.crash:
-        return Verdict(CRASH, observation.crash)
-    if observation.not_applicable:
-        return Verdict(NOT_APPLICABLE, observation.not_applicable)
-    if observation.invalid:
-        return Verdict(RAW_ERROR, observation.invalid)
-    verdicts = [
-        call_verdict(
+    return worst_call_verdict(
+        observation,
+        lambda index, got: call_verdict(
             f"call {index + 1} (len(x) = {spec.lengths[index]})",
             got,
-            oracles.reference[index],
-            oracles.rewritten[index],
-            oracles.truth[index],
-            oracles.dtypes,
+            oracles,
+            index,
             _upstream_bug(spec),
-        )
-        for index, got in enumerate(observation.outcomes)
-    ]
-    return min(verdicts, key=lambda verdict: _SEVERITY.index(verdict.status))
+        ),
+    )
 
 
 def index_result(
     name: str, spec: IndexSpec, oracles: ReferenceObservation, observations: dict[str, Observation]
 ) -> SpecResult:
-    result = SpecResult(name, repr(spec), spec.position, describe(spec), invalid=oracles.invalid)
-    if not oracles.invalid:
-        result.expected = ", ".join(
-            "value" if outcome.values is not None else outcome.error
-            for outcome in (
-                truth or reference
-                for truth, reference in zip(oracles.truth, oracles.reference, strict=True)
-            )
-        )
-        result.verdicts = {
-            column: classify_index(spec, oracles, seen) for column, seen in observations.items()
-        }
-    return result
+    return judged(
+        SpecResult(name, repr(spec), spec.position, describe(spec)),
+        oracles,
+        observations,
+        lambda column, seen: classify_index(spec, oracles, seen),
+    )
 
 
 def run_index_differential(
@@ -184,18 +135,17 @@ def run_index_differential(
 ) -> DifferentialReport:
     """Every spec on the reference and on every (mode, device) pair, in worker processes; then the
     verdicts, counted per position (`POSITIONS`)."""
-    pairs = mode_device_pairs(modes, devices)
-    report = DifferentialReport(environment(devices, label), [column_name(*p) for p in pairs])
     return run_against_reference(
         specs,
-        report,
-        pairs,
+        DifferentialReport,
+        modes,
+        devices,
+        label,
         ("reference", observe_index_reference, _reference_crash),
         observe_index_mode,
         _mode_crash,
-        lambda index, spec, oracles, seen: index_result(
-            spec_name(spec, index), spec, oracles, seen
-        ),
+        spec_name,
+        index_result,
         progress,
     )
 
@@ -205,14 +155,11 @@ def check_index_in_process(
 ) -> tuple[ReferenceObservation, dict[str, Verdict]]:
     """One spec's oracles and verdicts, in this process (tests: no worker start)."""
     oracles = observe_index_reference(spec)
-    if oracles.invalid:
-        return oracles, {}
-    return oracles, {
-        column_name(mode, device): classify_index(
-            spec, oracles, observe_index_mode(mode, device, spec)
-        )
-        for mode, device in modes
-    }
+    return oracles, verdicts_in_process(
+        oracles,
+        modes,
+        lambda mode, device: classify_index(spec, oracles, observe_index_mode(mode, device, spec)),
+    )
 
 
 # --- Reports --------------------------------------------------------------------------------------

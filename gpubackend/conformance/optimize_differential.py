@@ -55,10 +55,9 @@ from gpubackend.conformance.differential import (
     Verdict,
     VerdictReport,
     column_name,
-    mode_device_pairs,
+    no_outcome_verdict,
     run_against_reference,
 )
-from gpubackend.conformance.environment import environment
 from gpubackend.conformance.optimize_graphs import (
     OptimizeSpec,
     build_optimize,
@@ -308,12 +307,10 @@ def classify(
     spec: OptimizeSpec, reference: OptimizeObservation, observation: OptimizeObservation
 ) -> Verdict:
     """A mode's verdict on a spec whose reference has an outcome (see the module docstring)."""
-    if observation.crash:
-        return Verdict(CRASH, observation.crash)
-    if observation.not_applicable:
-        return Verdict(NOT_APPLICABLE, observation.not_applicable)
-    if observation.invalid or observation.outcome is None:
-        return Verdict(RAW_ERROR, observation.invalid)
+    if verdict := no_outcome_verdict(observation):
+        return verdict
+    if observation.outcome is None:
+        return Verdict(RAW_ERROR)
     got, expected = observation.outcome, reference.outcome
     assert expected is not None  # a reference without an outcome makes the spec invalid
     detail = f"expected {expected.describe()}, got {got.describe()}"
@@ -438,18 +435,17 @@ def run_optimize_differential(
 ) -> OptimizeReport:
     """Every spec on FAST_COMPILE and on every (mode, device) pair, in worker processes; then the
     verdicts."""
-    pairs = mode_device_pairs(modes, devices)
-    report = OptimizeReport(environment(devices, label), [column_name(*p) for p in pairs])
     return run_against_reference(
         specs,
-        report,
-        pairs,
+        OptimizeReport,
+        modes,
+        devices,
+        label,
         ("reference", observe_optimize_reference, _crash),
         observe_optimize_mode,
         _crash,
-        lambda index, spec, reference, seen: optimize_result(
-            spec_name(spec, index), spec, reference, seen
-        ),
+        spec_name,
+        optimize_result,
         progress,
     )
 
