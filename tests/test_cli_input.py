@@ -130,7 +130,7 @@ def test_no_catalogue_and_nothing_generated_is_refused(nothing_runs, tmp_path, c
     err = usage_error(["--out", str(tmp_path), "--no-catalogue"], capsys)
     assert (
         "--no-catalogue with none of --generated N, --generated-while N, "
-        "--generated-optimize N or --stock-superset N runs nothing" in err
+        "--generated-index N, --generated-optimize N or --stock-superset N runs nothing" in err
     )
 
 
