@@ -371,6 +371,44 @@ def test_the_last_entry_of_an_empty_trace_is_the_references(name, mode):
     )
 
 
+@pytest.mark.parametrize("mode", ["JAX_GPU", "JAX", "NUMBA"])
+@pytest.mark.parametrize("static_row", [False, True], ids=["row of unknown length", "row of 3"])
+def test_a_scan_of_no_step_keeps_the_lengths_its_type_knows(static_row, mode):
+    """A map over no rows returns its nit-sot empty, each other axis as long as the output's type
+    says (PyTensor's C, NUMBA and stock JAX Scans: ``(0, 3)`` where the row is known to have 3
+    entries), and 0 where it does not know (``Scan.perform``); an empty nit-sot of every axis 0
+    contradicted a type of 3 columns."""
+
+    def row(values):
+        doubled = pt.sort(values) * 2.0
+        return pt.specify_shape(doubled, (3,)) if static_row else doubled
+
+    mapped = pytensor.map(row, sequences=[X_ROWS], return_updates=False)
+    assert mapped.type.shape[1:] == ((3,) if static_row else (None,))
+    got = pytensor.function([X_ROWS], mapped, mode=mode)(np.zeros((0, 3)))
+    assert got.shape == (0, 3 if static_row else 0)
+    if not static_row:
+        reference = pytensor.function([X_ROWS], mapped, mode="FAST_COMPILE")(np.zeros((0, 3)))
+        assert got.shape == reference.shape
+
+
+@pytest.mark.parametrize("mode", ["JAX_GPU", "JAX"])
+def test_inner_graphs_compile_with_rewrite_errors_raised(mode):
+    """gpubackend's rewrites also run on the inner graphs of Scans and OpFromGraphs, which have no
+    updates: the generator-update rewrite read their missing update mapping and failed (logged as
+    a rewrite error, raised under ``on_opt_error="raise"``, as PyTensor's own tests run)."""
+    start = pt.scalar("start")
+    trace = pytensor.scan(
+        lambda value: value + 1.0, outputs_info=[start], n_steps=3, return_updates=False
+    )
+    twice = OpFromGraph([start], [start * 2.0])(start)
+    with pytensor.config.change_flags(on_opt_error="raise"):
+        fn = pytensor.function([start], [trace, twice], mode=mode)
+    got_trace, got_twice = fn(1.0)
+    np.testing.assert_array_equal(got_trace, [2.0, 3.0, 4.0])
+    assert float(got_twice) == 2.0
+
+
 @pytest.mark.parametrize("name", ["x[-1]", "xs[2], static shape", "while-Scan zs[-1] of n steps"])
 def test_literal_indices_in_range_cost_no_read(name, target_device):
     output, arguments = {

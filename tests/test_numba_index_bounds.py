@@ -93,3 +93,35 @@ def test_a_literal_index_proven_in_range_is_not_checked():
     np.testing.assert_array_equal(fn(np.arange(3.0)), 0.0)
     [node] = fn.maker.fgraph.apply_nodes
     assert not _index_checks(node)
+
+
+def test_the_no_step_wrapper_is_jitted_through_pytensors_numba_njit(monkeypatch):
+    """The Scan wrapper jits through ``pytensor.link.numba.dispatch.basic.numba_njit``, as
+    PyTensor's own Scan lowering does: PyTensor's tests run the lowerings as plain Python by
+    replacing it there, and a wrapper that had imported it by name stayed jitted around a plain
+    Python Scan (a typing error in two of PyTensor's own Scan tests)."""
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.link.numba.dispatch import basic as numba_basic
+    from pytensor.link.numba.dispatch import numba_funcify
+    from pytensor.scan.op import Scan
+
+    jitted = []
+    original = numba_basic.numba_njit
+
+    def recording(fn, *args, **kwargs):
+        jitted.append(fn.__name__)
+        return original(fn, *args, **kwargs)
+
+    monkeypatch.setattr(numba_basic, "numba_njit", recording)
+    steps = pt.lscalar("steps")
+    start = pt.scalar("start")
+    _, doubled = pytensor.scan(
+        lambda total: (total + 1.0, total * 2.0),
+        outputs_info=[start, None],
+        n_steps=steps,
+        return_updates=False,
+    )
+    graph = FunctionGraph([steps, start], [doubled], clone=False)
+    (node,) = [node for node in graph.toposort() if isinstance(node.op, Scan)]
+    numba_funcify(node.op, node=node)
+    assert "scan_without_steps" in jitted

@@ -120,7 +120,8 @@ def generator_kept_by_its_update_through_a_view(fgraph: FunctionGraph) -> None:
     """
     from pytensor.compile.ops import view_op
 
-    for output_position, input_position in fgraph.update_mapping.items():
+    # Inner graphs (a Scan's, an OpFromGraph's), which PyTensor rewrites too, have no updates.
+    for output_position, input_position in (fgraph.update_mapping or {}).items():
         generator = fgraph.inputs[input_position]
         if fgraph.outputs[output_position] is generator and isinstance(generator.type, RandomType):
             fgraph.change_node_input(

@@ -20,7 +20,7 @@ Scan with ``truncate_gradient``: its backward Scan runs the last few steps into
 outputs of full length) is zero past what is written, as the reference's
 Scan leaves it. PyTensor's lowering asserts that a trace fills its buffer, so
 it gets the trace at the size written, and the zeros are appended. A for-Scan of
-no step returns its nit-sots empty, every axis of length 0, as the reference does.
+no step returns its nit-sots empty, with the lengths their types know (0 elsewhere).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def jax_funcify_Scan(op: Scan, node=None, **kwargs) -> Callable:
         with sequence_ranges(op, op.outer_seqs(outer_inputs)), known_inputs(op.fgraph, known):
             outputs = for_scan(*outer_inputs)
         if no_step:
-            return _without_nit_sot_entries(op, outputs)
+            return _without_nit_sot_entries(op, node, outputs)
         if not any(unwritten):
             return outputs
         outputs = [outputs] if len(node.outputs) == 1 else list(outputs)
@@ -126,11 +126,13 @@ def _cut_to_written(outer_inputs: list, trace_inputs, nit_sot_positions) -> list
     return unwritten
 
 
-def _without_nit_sot_entries(op: Scan, outputs):
+def _without_nit_sot_entries(op: Scan, node, outputs):
     """The outputs of a Scan that took no step, as PyTensor's returns them: every nit-sot empty,
-    with every axis of length 0."""
+    each other axis as long as the output's type says (0 where it does not know, as
+    ``Scan.perform`` makes every axis)."""
     values = [outputs] if len(op.fgraph.outputs) == 1 else list(outputs)
     first = op.n_tap_outs
     for position in range(first, first + op.info.n_nit_sot):
-        values[position] = jnp.zeros((0,) * values[position].ndim, values[position].dtype)
+        lengths = (length or 0 for length in node.outputs[position].type.shape[1:])
+        values[position] = jnp.zeros((0, *lengths), values[position].dtype)
     return values[0] if len(values) == 1 else values

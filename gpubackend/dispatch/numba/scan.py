@@ -1,7 +1,8 @@
 """NUMBA's Scan returning what the reference returns when it takes no step.
 
 PyTensor's Scan, run for zero steps, returns every nit-sot empty, with every
-axis of length 0 (``Scan.perform``). Its Numba lowering returns the nit-sot's
+axis of length 0 (``Scan.perform``), or, where the output's type knows an axis's
+length, that length (as its C and JAX Scans do). Its Numba lowering returns the nit-sot's
 buffer as allocated instead: where PyTensor's memory rewrite keeps only the
 last entry (``pt.map(f, xs)[-1]``), a buffer of one unwritten entry, so
 ``[-1]`` of a map over an empty sequence returned ``0.0`` where the reference
@@ -17,11 +18,12 @@ from hashlib import sha256
 import numpy as np
 from pytensor.graph.basic import Constant
 from pytensor.link.numba.cache import compile_numba_function_src
-from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_and_cache_key
+from pytensor.link.numba.dispatch import basic as numba_basic
+from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.link.numba.dispatch.scan import numba_funcify_Scan
 from pytensor.scan.op import Scan
 
-NO_STEP_VERSION = 1
+NO_STEP_VERSION = 2
 """Part of the cache key: a changed wrapper must not reuse a cached one."""
 
 
@@ -44,7 +46,7 @@ def numba_funcify_Scan_without_steps(op: Scan, node, **kwargs):
         f"    if {names[0]} == 0:",
     ]
     for position in range(op.n_tap_outs, op.n_tap_outs + op.info.n_nit_sot):
-        empty_shape = "(" + "0, " * node.outputs[position].type.ndim + ")"
+        empty_shape = "(" + "".join(f"{length}, " for length in _empty_shape(node, position)) + ")"
         lines.append(
             f"        {outputs[position]} = np.empty({empty_shape}, {outputs[position]}.dtype)"
         )
@@ -53,4 +55,13 @@ def numba_funcify_Scan_without_steps(op: Scan, node, **kwargs):
     without_steps = compile_numba_function_src(
         "\n".join(lines), "scan_without_steps", global_env={"scan": scan, "np": np}, cache_key=key
     )
-    return numba_njit(without_steps), key
+    # Through the module, as PyTensor's Scan lowering calls it: its tests run the lowerings as
+    # plain Python by replacing it there.
+    return numba_basic.numba_njit(without_steps), key
+
+
+def _empty_shape(node, position: int) -> tuple[int, ...]:
+    """The shape of output ``position`` of a Scan that took no step: no entry, and each other axis
+    as long as its type says (0 where the type does not know it, as PyTensor's ``Scan.perform``
+    makes every axis)."""
+    return (0, *(length or 0 for length in node.outputs[position].type.shape[1:]))
