@@ -202,7 +202,7 @@ def as_bounded(value) -> Bounded:
     """``value`` as a `Bounded` array: a plain array is all meaningful entries."""
     if isinstance(value, Bounded):
         return value
-    value = jnp.asarray(value)
+    value = jnp.asarray(value_of(value))
     return Bounded(value, exactly(value.shape[0]))
 
 
