@@ -111,13 +111,22 @@ def _solve_both(mode):
     }
 
 
+ROUNDING_PARTS_PATHS = {"inner_tolerances": 1e-5}
+"""Cases whose path a rounding difference can part from scipy's, with the relative tolerance they
+are compared at: ``inner_rtol=0.5`` stops each inner solve early on a residual built from
+finite-difference products, so an ulp there (OpenBLAS's Haswell kernels on an AMD EPYC gave
+3.5e-6 apart) changes the step, and the root is then settled only to scipy's default ``f_tol``
+(6e-6), which both meet."""
+
+
 def test_numba_matches_scipy_values_verdicts_and_gradients():
     for name, (ours, want) in _solve_both("NUMBA").items():
         assert bool(want[1]) == CASES[name][2], f"{name}: the reference's verdict changed"
         assert bool(ours[1]) == bool(want[1]), name
         compared = zip(ours[::2], want[::2], strict=True) if want[1] else [(ours[0], want[0])]
+        rtol = ROUNDING_PARTS_PATHS.get(name, RTOL)
         for got, expected in compared:
-            np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL, err_msg=name)
+            np.testing.assert_allclose(got, expected, rtol=rtol, atol=ATOL, err_msg=name)
 
 
 _jitted_pair_terms = numba.njit(_pair_terms)

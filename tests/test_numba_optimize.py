@@ -376,7 +376,12 @@ def test_method_batched_over_blockwise_matches_scipy(checked_methods_problem, me
     ]
     got, want = checked_methods_problem[method]
     np.testing.assert_allclose(got[3], want[3], rtol=RTOL)
-    assert got[4].all() and want[4].all()
+    assert got[4].all()
+    # scipy's own verdict is not asserted: at the solution its CG may stop on "precision loss"
+    # (success False) for one entry, depending on the BLAS kernel's rounding (OpenBLAS's Haswell
+    # kernels on an AMD EPYC), where the values above agree.
+    if method != "CG":
+        assert want[4].all()
 
 
 @pytest.mark.parametrize("method", CHECKED_METHODS)
