@@ -20,7 +20,6 @@ from pytensor.tensor.basic import Alloc, AllocEmpty, Join, Split
 from pytensor.tensor.shape import Shape, Shape_i, SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
-from gpubackend.dispatch.jax.shape import check_known_lengths, specified_lengths
 from gpubackend.dispatch.jax.tracing import is_traced
 from gpubackend.dispatch.jax.while_scan.arrays import on_buffers
 from gpubackend.dispatch.jax.while_scan.checks import NodeResult
@@ -229,6 +228,9 @@ def checked_specify_shape(op: SpecifyShape, node: Apply, **kwargs) -> BoundedLow
             f"{op}: the shape of {node.inputs[0]} differs from the one specified, ({lengths})",
         ),
     )
+
+    # Imported here: `shape` loads PyTensor's JAX dispatch, whose hook imports this module.
+    from gpubackend.dispatch.jax.shape import check_known_lengths, specified_lengths
 
     def specify_shape(x, *shape):
         lengths = specified_lengths(shape)

@@ -30,10 +30,7 @@ from pytensor.raise_op import CheckAndRaise
 from pytensor.scan.op import Scan
 
 from gpubackend.dispatch.jax.index_checks import index_checked_nodes
-from gpubackend.dispatch.jax.while_scan.allocation import (
-    checked_specify_shape,
-    run_time_specified_shapes,
-)
+from gpubackend.dispatch.jax.while_scan import allocation
 from gpubackend.dispatch.jax.while_scan.brackets import bracketed_root_finds, checked_bracket
 from gpubackend.dispatch.jax.while_scan.indexing import checked_indexing
 from gpubackend.dispatch.jax.while_scan.lengths import checks_data_at_run_time
@@ -115,7 +112,7 @@ def plan_graph(
     checked = _run_time_checks(order)
     indexed = index_checked_nodes(order) if index_checks else set()
     bracketed = bracketed_root_finds(order) if index_checks else set()
-    specified = run_time_specified_shapes(order) if index_checks else set()
+    specified = allocation.run_time_specified_shapes(order) if index_checks else set()
     read_back_checked = indexed | bracketed | specified
     if not trimmed and not checked and not read_back_checked:
         return None
@@ -124,7 +121,7 @@ def plan_graph(
         if node in bracketed:
             return checked_bracket(node.op, node, **kwargs)
         if node in specified:
-            return checked_specify_shape(node.op, node, **kwargs)
+            return allocation.checked_specify_shape(node.op, node, **kwargs)
         return checked_indexing(node.op, node, **kwargs)
 
     kinds: dict[Variable, Kind] = {}
